@@ -1,0 +1,195 @@
+"""Compatibility rules as pure functions over plain values (sources: ../shared/facts/)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+
+def parse_version(text: str | None) -> Version | None:
+    if not text:
+        return None
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def minor_of(text: str | None) -> tuple[int, int] | None:
+    version = parse_version(text)
+    if version is None or len(version.release) < 2:
+        return None
+    return version.release[0], version.release[1]
+
+
+def cc_tuple(cc: str | None) -> tuple[int, int] | None:
+    match = re.fullmatch(r"(\d+)\.(\d+)", cc or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+# --- the NVIDIA driver ---------------------------------------------------------------------
+
+def min_driver_for_cuda(cuda_major: int, os_name: str) -> str | None:
+    """Minimum driver for a CUDA major (NVIDIA's minor-version compatibility table)."""
+    windows = os_name == "windows"
+    if cuda_major >= 13:
+        return "580"
+    if cuda_major == 12:
+        return "528.33" if windows else "525.60.13"
+    if cuda_major == 11:
+        return "452.39" if windows else "450.80.02"
+    return None
+
+
+def driver_satisfies(driver: str, minimum: str) -> bool | None:
+    have, need = parse_version(driver), parse_version(minimum)
+    if have is None or need is None:
+        return None
+    return have >= need
+
+
+# --- torch builds ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TorchBuild:
+    kind: str  # "cuda" | "cpu" | "rocm" | "other"
+    cuda: str | None  # "13.0"
+    label: str  # "2.11.0+cu130"
+
+    @property
+    def cuda_major(self) -> int | None:
+        release = parse_version(self.cuda)
+        return release.release[0] if release else None
+
+
+def torch_build(
+    version: str, full_version: str | None, cuda: str | None, hip: str | None
+) -> TorchBuild:
+    """What torch was built for, from torch/version.py (the dist version may lack the tag)."""
+    label = full_version or version
+    parsed = parse_version(label)
+    local = (parsed.local or "") if parsed else ""
+    if hip or local.startswith("rocm"):
+        return TorchBuild("rocm", None, label)
+    if cuda:
+        return TorchBuild("cuda", cuda, label)
+    if local.startswith("cu"):
+        digits = local[2:]
+        cuda_text = f"{digits[:-1]}.{digits[-1]}" if digits.isdigit() and len(digits) >= 2 else None
+        return TorchBuild("cuda", cuda_text, label)
+    if local in ("", "cpu") or local.startswith("cpu"):
+        return TorchBuild("cpu", None, label)
+    return TorchBuild("other", None, label)
+
+
+def torch_min_cc(cuda: str | None) -> tuple[int, int] | None:
+    """Oldest GPU a torch CUDA wheel carries kernels for: cu128 and cu130 start at Turing."""
+    version = parse_version(cuda)
+    if version is None:
+        return None
+    if version >= Version("12.8"):
+        return (7, 5)
+    return (5, 0)
+
+
+# --- Triton ------------------------------------------------------------------------------
+
+# torch minor -> Triton minor it is guaranteed to work with (triton-windows README; Linux
+# torch pins the same minors). Unknown torch minors return None.
+_TRITON_FOR_TORCH = {
+    (2, 4): (3, 1), (2, 5): (3, 1), (2, 6): (3, 2), (2, 7): (3, 3), (2, 8): (3, 4),
+    (2, 9): (3, 5), (2, 10): (3, 6), (2, 11): (3, 6), (2, 12): (3, 7), (2, 13): (3, 7),
+    (2, 14): (3, 8),
+}
+
+
+def triton_minor_for_torch(torch_version: str, os_name: str = "windows") -> tuple[int, int] | None:
+    minor = minor_of(torch_version)
+    if minor == (2, 4) and os_name != "windows":
+        return (3, 0)  # Linux torch 2.4 pins triton 3.0.0; triton-windows starts at 3.1
+    return _TRITON_FOR_TORCH.get(minor) if minor else None
+
+
+def triton_windows_spec(triton_minor: tuple[int, int]) -> str:
+    major, minor = triton_minor
+    return f"triton-windows>={major}.{minor},<{major}.{minor + 1}"
+
+
+# --- SageAttention -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SageBuild:
+    cuda_major: int
+    cuda_label: str  # "cu130"
+    torch: tuple[int, int, int]
+    and_higher: bool
+    post: int | None
+
+
+_SAGE_LOCAL = re.compile(
+    r"cu(?P<maj>\d{2})\.?(?P<min>\d)torch(?P<torch>\d+\.\d+(?:\.\d+)?)(?P<andhigher>andhigher)?"
+)
+
+
+def parse_sage_local(version: str) -> SageBuild | None:
+    """'2.2.0+cu130torch2.10.0andhigher.post6' -> CUDA 13, torch >= 2.10.0, post6.
+
+    The label is parsed, never ordered: PEP 440 compares local labels segment by segment.
+    """
+    parsed = parse_version(version)
+    if parsed is None or not parsed.local:
+        return None
+    local = parsed.local
+    match = _SAGE_LOCAL.search(local)
+    if match is None:
+        return None
+    parts = [int(p) for p in match.group("torch").split(".")] + [0]
+    post = re.search(r"post(\d+)", local[match.end():])
+    return SageBuild(
+        cuda_major=int(match.group("maj")),
+        cuda_label=f"cu{match.group('maj')}{match.group('min')}",
+        torch=(parts[0], parts[1], parts[2]),
+        and_higher=bool(match.group("andhigher")),
+        post=int(post.group(1)) if post else None,
+    )
+
+
+def sage_serves_torch(build: SageBuild, torch_version: str) -> bool:
+    """Exact torch minor for plain wheels; at least the named torch for `andhigher` ones."""
+    version = parse_version(torch_version)
+    if version is None:
+        return False
+    have = ((*version.release, 0, 0))[:3]
+    if build.and_higher:
+        return have >= build.torch
+    return have[:2] == build.torch[:2]
+
+
+def required_sage_modules(cc: str) -> tuple[str, ...]:
+    """Compiled modules the default kernel for this GPU needs (besides `_fused`)."""
+    value = cc_tuple(cc)
+    if value is None:
+        return ()
+    if value in ((8, 0), (8, 6), (8, 7)):
+        return ("_qattn_sm80",)
+    if value == (9, 0):
+        return ("_qattn_sm90",)
+    if value in ((8, 9), (10, 0), (12, 0), (12, 1)):
+        return ("_qattn_sm89",)
+    return ()
+
+
+# --- building from source -------------------------------------------------------------------
+
+def min_nvcc_for_cc(cc: str) -> str:
+    """Oldest nvcc upstream's setup.py accepts for a target (12.8 for Blackwell)."""
+    value = cc_tuple(cc) or (0, 0)
+    if value >= (10, 0):
+        return "12.8"
+    if value == (8, 9):
+        return "12.4"
+    if value == (9, 0):
+        return "12.3"
+    return "12.0"

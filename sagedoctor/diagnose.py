@@ -1,0 +1,407 @@
+"""Facts -> findings. Pure: no I/O, no clock, no environment; every rule is testable on Linux
+with a Windows profile."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+
+from packaging.version import Version
+
+from . import compat
+from .facts import Facts, Gpu, GpuFacts, SystemFacts, TargetFacts, ToolchainFacts
+from .findings import Finding, finding
+
+AREA_ORDER = ("system", "gpu", "python", "torch", "triton", "sageattention", "toolchain",
+              "invokeai")
+_PROBE_AREA = {"system": "system", "gpu": "gpu", "target": "python", "toolchain": "toolchain",
+               "invokeai": "invokeai"}
+_NEEDS_BUILD_CODES = frozenset({"SD161", "SD162", "SD163", "SD164"})
+
+
+def quote(arg: str, os_name: str) -> str:
+    """Quote a path or argument for the user's shell (cmd/PowerShell on Windows)."""
+    if os_name == "windows":
+        return f'"{arg}"' if any(c in arg for c in ' &()[]{}^=;!\'+,`~') else arg
+    return shlex.quote(arg)
+
+
+def exit_code(findings: Iterable[Finding]) -> int:
+    """0 ready, 1 fixable problems, 2 cannot work on this machine."""
+    items = list(findings)
+    if any(f.fatal for f in items):
+        return 2
+    if any(f.severity == "error" for f in items):
+        return 1
+    return 0
+
+
+def gpu_label(gpu: Gpu) -> str:
+    cc = f"sm{gpu.compute_capability.replace('.', '')}" if gpu.compute_capability else "sm?"
+    return f"GPU {gpu.index} {gpu.name} ({cc})"
+
+
+def usable_gpus(gpus: Iterable[Gpu], os_name: str) -> list[Gpu]:
+    """NVIDIA GPUs SageAttention 2 can run on: sm80+ except Orin; sm75 only on Windows."""
+    out = []
+    for gpu in gpus:
+        cc = compat.cc_tuple(gpu.compute_capability)
+        if gpu.vendor != "nvidia" or cc is None or cc == (8, 7):
+            continue
+        if cc >= (8, 0) or (cc == (7, 5) and os_name == "windows"):
+            out.append(gpu)
+    return out
+
+
+def _os_name(facts: Facts) -> str:
+    return facts.system.os if facts.system else "linux"
+
+
+def _pip(target: TargetFacts, os_name: str) -> str:
+    return f"{quote(target.executable, os_name)} -m pip"
+
+
+def _venv_arg(target: TargetFacts, os_name: str) -> str:
+    return quote(target.prefix, os_name)
+
+
+# --- system -------------------------------------------------------------------------------
+
+def check_system(system: SystemFacts) -> list[Finding]:
+    out: list[Finding] = []
+    if system.os == "windows":
+        eleven = (system.windows_build or 0) >= 22000
+        name = "Windows 11" if eleven else f"Windows {system.os_release}"
+        label = f"{name} (build {system.windows_build}) {system.machine}"
+    elif system.os == "linux":
+        label = f"Linux {system.os_release} {system.machine}" + (" (WSL)" if system.wsl else "")
+    else:
+        label = f"{system.os} {system.os_release} {system.machine}"
+    if system.os == "darwin":
+        out.append(finding("SD101", "error", f"{label}: macOS has no CUDA", fatal=True))
+    elif system.os not in ("linux", "windows"):
+        out.append(finding("SD101", "error", f"{label} is not supported", fatal=True))
+    elif system.os == "windows" and system.machine != "x86_64":
+        out.append(finding("SD101", "error", f"{label}: no SageAttention wheels for Windows on "
+                           f"{system.machine}", fatal=True))
+    if system.wsl:
+        out.append(finding("SD102", "info", label))
+    out.insert(0, finding("SD100", "ok", f"{label}, {system.cpu_count} cores"
+                          + (f", {system.memory_gib:g} GiB RAM" if system.memory_gib else "")))
+    return out
+
+
+# --- GPUs and driver -------------------------------------------------------------------------
+
+def check_gpu(gpu: GpuFacts, os_name: str, target: TargetFacts | None) -> list[Finding]:
+    out: list[Finding] = []
+    nvidia = gpu.nvidia
+    others = [g for g in gpu.gpus if g.vendor != "nvidia"]
+    if not nvidia:
+        notes = "; ".join(gpu.notes)
+        if gpu.notes or gpu.source == "proc":
+            driver = f"driver {gpu.driver_version} is loaded, but " if gpu.driver_version else ""
+            return [finding("SD116", "error", f"{driver}{notes or 'no GPU was listed'}")]
+        seen = ", ".join(f"{g.name}" for g in others)
+        title = f"No NVIDIA GPU (found {seen})" if others else None
+        detail = (f"found {seen}: SageAttention needs an NVIDIA GPU" if others
+                  else "no NVIDIA GPU or driver found (NVML, nvidia-smi, /proc/driver/nvidia)")
+        return [finding("SD111", "error", detail, title=title, fatal=True)]
+
+    usable = usable_gpus(nvidia, os_name)
+    for g in nvidia:
+        cc = compat.cc_tuple(g.compute_capability)
+        unused = " (it will not be used)" if usable else ""
+        if cc is None:
+            out.append(finding("SD115", "warn", f"{gpu_label(g)}: compute capability unknown"))
+        elif cc == (8, 7):
+            out.append(finding("SD114", "warn" if usable else "error", f"{gpu_label(g)}{unused}",
+                               fatal=not usable))
+        elif cc == (7, 5):
+            if os_name == "windows":
+                out.append(finding("SD113", "warn", f"{gpu_label(g)}: Triton kernels only"))
+            else:
+                out.append(finding("SD113", "warn" if usable else "error",
+                                   f"{gpu_label(g)}: upstream Linux builds reject sm75{unused}",
+                                   fatal=not usable))
+        elif cc < (8, 0):
+            out.append(finding("SD112", "warn" if usable else "error",
+                               f"{gpu_label(g)} has compute capability {g.compute_capability}"
+                               f"{unused}", fatal=not usable))
+
+    listing = "; ".join(
+        f"{gpu_label(g)}" + (f", {g.memory_mib // 1024} GiB" if g.memory_mib else "")
+        for g in nvidia
+    )
+    driver = f"driver {gpu.driver_version}" if gpu.driver_version else "driver unknown"
+    out.insert(0, finding("SD110", "ok", f"{listing}; {driver} (via {gpu.source})"))
+
+    torch = target.torch if target else None
+    if torch is not None:
+        build = compat.torch_build(torch.version, torch.full_version, torch.cuda, torch.hip)
+        major = build.cuda_major
+        if build.kind == "cuda" and major is not None:
+            minimum = compat.min_driver_for_cuda(major, os_name)
+            if gpu.driver_version is None:
+                out.append(finding("SD121", "warn", f"torch {build.label} needs driver "
+                                   f"{minimum} or newer; the driver version was not found"))
+            elif minimum and compat.driver_satisfies(gpu.driver_version, minimum) is False:
+                out.append(finding(
+                    "SD120", "error",
+                    f"torch {build.label} is built for CUDA {build.cuda} and needs driver "
+                    f"{minimum} or newer; you have {gpu.driver_version}",
+                    f"Update the NVIDIA driver to {minimum} or newer (or install a torch built "
+                    f"for CUDA {major - 1}.x).",
+                ))
+    return out
+
+
+# --- the target interpreter ----------------------------------------------------------------
+
+def check_python(target: TargetFacts, os_name: str) -> list[Finding]:
+    out: list[Finding] = []
+    kind = "venv" if target.is_venv else "not a venv"
+    out.append(finding("SD130", "ok", f"Python {target.python_version} "
+                       f"({target.implementation}, {kind}) at {target.executable}"))
+    version = compat.parse_version(target.python_version)
+    if version is None or not (3, 9) <= version.release[:2] <= (3, 14):
+        out.append(finding("SD133", "error", f"Python {target.python_version}"))
+    if os_name == "windows":
+        missing = []
+        if not target.has_python_h:
+            missing.append(f"{target.include_dir}\\Python.h")
+        if target.has_python_lib is False and target.libs_dir:
+            major_minor = "".join(target.python_version.split(".")[:2])
+            missing.append(f"{target.libs_dir}\\python{major_minor}.lib")
+        if missing:
+            out.append(finding("SD131", "error", "missing: " + ", ".join(missing)))
+    if not target.site_packages_writable:
+        out.append(finding("SD132", "error", f"{target.site_packages} is not writable"))
+    if not target.is_venv:
+        out.append(finding("SD134", "info", f"{target.prefix} is a base interpreter"))
+    return out
+
+
+def cuda_index_for_torch(torch_version: str, old_gpu: bool) -> str:
+    minor = compat.minor_of(torch_version) or (0, 0)
+    if old_gpu or minor <= (2, 6):
+        return "cu126" if minor >= (2, 6) else "cu124"
+    return "cu128"
+
+
+def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list[Finding]:
+    torch = target.torch
+    if torch is None:
+        return [finding("SD141", "error", f"no torch in {target.prefix}")]
+    build = compat.torch_build(torch.version, torch.full_version, torch.cuda, torch.hip)
+    nvidia = gpu.nvidia if gpu else ()
+    out: list[Finding] = []
+    public = compat.parse_version(torch.version)
+    public_text = public.public if public else torch.version
+    oldest = min((compat.cc_tuple(g.compute_capability) or (99, 0) for g in nvidia),
+                 default=(99, 0))
+    if build.kind == "cpu":
+        if nvidia:
+            index = cuda_index_for_torch(torch.version, oldest < (7, 5))
+            out.append(finding(
+                "SD142", "error", f"torch {build.label} has no CUDA",
+                f"{_pip(target, os_name)} install --force-reinstall torch=={public_text} "
+                f"--index-url https://download.pytorch.org/whl/{index}",
+            ))
+    elif build.kind != "cuda":
+        out.append(finding("SD143", "error", f"torch {build.label}"))
+    if public is not None and public.release[:2] < (2, 4):
+        out.append(finding("SD145", "error", f"torch {public_text} is older than 2.4"))
+    if build.kind == "cuda":
+        floor = compat.torch_min_cc(build.cuda)
+        too_old = [g for g in nvidia
+                   if floor and (compat.cc_tuple(g.compute_capability) or (99, 0)) < floor]
+        for g in too_old:
+            out.append(finding(
+                "SD144", "error",
+                f"torch {build.label} (CUDA {build.cuda}) has no kernels for {gpu_label(g)}",
+                f"{_pip(target, os_name)} install --force-reinstall torch=={public_text} "
+                "--index-url https://download.pytorch.org/whl/cu126",
+            ))
+    cuda = f"CUDA {build.cuda}" if build.cuda else build.kind.upper()
+    out.insert(0, finding("SD140", "ok", f"torch {build.label} ({cuda})"))
+    return out
+
+
+def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list[Finding]:
+    out: list[Finding] = []
+    pip = _pip(target, os_name)
+    if os_name == "windows" and target.triton:
+        out.append(finding("SD153", "error", f"triton {target.triton} is installed",
+                           f"{pip} uninstall -y triton"))
+    torch = target.torch
+    if torch is None:
+        return [finding("SD150", "info", "not matched: no torch installed"), *out]
+    build = compat.torch_build(torch.version, torch.full_version, torch.cuda, torch.hip)
+    if build.kind != "cuda":
+        return [finding("SD150", "info", f"not matched: torch {build.label} is not a CUDA build"),
+                *out]
+    want = compat.triton_minor_for_torch(torch.version, os_name)
+    have_text = target.triton_windows if os_name == "windows" else target.triton
+    package = "triton-windows" if os_name == "windows" else "triton"
+    spec = (f"{package}>={want[0]}.{want[1]},<{want[0]}.{want[1] + 1}" if want else package)
+    if have_text is None:
+        out.append(finding("SD151", "error", f"no {package} in {target.prefix}",
+                           f'{pip} install "{spec}"'))
+        return out
+    have = compat.minor_of(have_text)
+    if want and have != want:
+        out.append(finding(
+            "SD152", "error",
+            f"torch {build.label} needs Triton {want[0]}.{want[1]}; you have {package} {have_text}",
+            f'{pip} install "{spec}"',
+        ))
+    turing = [g for g in (gpu.nvidia if gpu else ()) if g.compute_capability == "7.5"]
+    if os_name == "windows" and turing and have and have >= (3, 3):
+        out.append(finding("SD154", "warn", f"{gpu_label(turing[0])} with {package} {have_text}",
+                           f'{pip} install "triton-windows<3.3"'))
+    note = "" if want else f" (no known Triton pairing for torch {torch.version})"
+    out.insert(0, finding("SD150", "ok", f"{package} {have_text}{note}"))
+    return out
+
+
+def check_sageattention(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list[Finding]:
+    out: list[Finding] = []
+    sage = target.sageattention
+    install = f"sagedoctor install --venv {_venv_arg(target, os_name)}"
+    if sage is not None and sage.leftovers:
+        out.append(finding("SD165", "warn", "; ".join(sage.leftovers)))
+    if sage is None:
+        out.append(finding("SD161", "error", f"not in {target.prefix}", install))
+        return out
+    version = compat.parse_version(sage.version)
+    major = version.release[0] if version else 0
+    if major == 1:
+        out.append(finding("SD162", "error", f"sageattention {sage.version} (SageAttention 1)",
+                           install))
+        return out
+    torch = target.torch
+    build = compat.parse_sage_local(sage.version)
+    if build is None:
+        out.append(finding("SD166", "info", f"sageattention {sage.version}",
+                           f"sagedoctor verify --venv {_venv_arg(target, os_name)}"))
+    elif torch is not None:
+        tb = compat.torch_build(torch.version, torch.full_version, torch.cuda, torch.hip)
+        built_torch = ".".join(map(str, build.torch)) + (" or newer" if build.and_higher else "")
+        if tb.cuda_major is not None and tb.cuda_major != build.cuda_major:
+            out.append(finding(
+                "SD163", "error",
+                f"built for CUDA {build.cuda_major} ({build.cuda_label}), you have torch "
+                f"{tb.label} (CUDA {tb.cuda})", install))
+        elif not compat.sage_serves_torch(build, torch.version):
+            out.append(finding(
+                "SD163", "error",
+                f"built for torch {built_torch}, you have torch {tb.label}", install))
+    modules = set(sage.compiled_modules)
+    missing_for: list[str] = []
+    if "_fused" not in modules:
+        missing_for.append("_fused (every GPU)")
+    for g in usable_gpus(gpu.nvidia if gpu else (), os_name):
+        for module in compat.required_sage_modules(g.compute_capability or ""):
+            if module not in modules:
+                missing_for.append(f"{module} for {gpu_label(g)}")
+    if missing_for:
+        have = ", ".join(sorted(modules)) or "none"
+        out.append(finding("SD164", "error", f"missing {'; '.join(missing_for)} (has: {have})",
+                           install))
+    out.insert(0, finding("SD160", "ok", f"sageattention {sage.version} "
+                          f"(compiled: {', '.join(sorted(modules)) or 'none'})"))
+    return out
+
+
+def check_toolchain(tool: ToolchainFacts, target: TargetFacts | None, gpu: GpuFacts | None,
+                    os_name: str, needs_build: bool) -> list[Finding]:
+    if os_name == "windows":
+        return [finding("SD170", "ok", "not needed: Windows installs use prebuilt wheels")]
+    severity = "warn" if needs_build else "info"
+    why = " (a source build is needed)" if needs_build else " (needed only to build from source)"
+    out: list[Finding] = []
+    if tool.nvcc_path is None or tool.nvcc_version is None:
+        out.append(finding("SD171", severity, "no nvcc under CUDA_HOME, CUDA_PATH, PATH or "
+                           f"/usr/local/cuda{why}"))
+    else:
+        nvcc = compat.parse_version(tool.nvcc_version)
+        for g in usable_gpus(gpu.nvidia if gpu else (), os_name):
+            need = compat.min_nvcc_for_cc(g.compute_capability or "")
+            if nvcc is not None and nvcc < Version(need):
+                out.append(finding("SD172", severity, f"nvcc {tool.nvcc_version} < {need}, "
+                                   f"needed for {gpu_label(g)}{why}"))
+        torch = target.torch if target else None
+        if torch is not None and nvcc is not None:
+            tb = compat.torch_build(torch.version, torch.full_version, torch.cuda, torch.hip)
+            if tb.cuda_major is not None and tb.cuda_major != nvcc.release[0]:
+                out.append(finding("SD173", severity, f"nvcc {tool.nvcc_version} (CUDA "
+                                   f"{nvcc.release[0]}) vs torch {tb.label} (CUDA {tb.cuda})"
+                                   f"{why}"))
+    if tool.gcc_version is None:
+        out.append(finding("SD174", severity, f"gcc not found{why}"))
+    if tool.ninja_version is None:
+        out.append(finding("SD174", "info", "ninja not found (builds are slower without it)"))
+    parts = [f"nvcc {tool.nvcc_version}" if tool.nvcc_version else "no nvcc",
+             f"gcc {tool.gcc_version}" if tool.gcc_version else "no gcc",
+             f"ninja {tool.ninja_version}" if tool.ninja_version else "no ninja"]
+    home = f" (CUDA_HOME {tool.cuda_home})" if tool.cuda_home else ""
+    out.insert(0, finding("SD170", "ok", ", ".join(parts) + home))
+    return out
+
+
+def check_invokeai(facts: Facts) -> list[Finding]:
+    inv = facts.invokeai
+    if inv is None:
+        return []
+    if inv.root is None:
+        return [finding("SD181", "info", "no InvokeAI install found")]
+    out: list[Finding] = []
+    package = facts.target.invokeai if facts.target else None
+    config = (f"invokeai.yaml schema {inv.schema_version or '?'}, attention_type "
+              f"{inv.attention_type or 'auto (default)'}" if inv.config_exists
+              else "no invokeai.yaml yet")
+    version = f"InvokeAI {package.version}" if package else "InvokeAI (its venv not inspected)"
+    out.append(finding("SD180", "ok", f"{version} at {inv.root} (from {inv.root_source}); "
+                       f"{config}"))
+    if inv.config_error:
+        out.append(finding("SD183", "warn", inv.config_error))
+    if package is not None and package.attention_backend_supported is False:
+        out.append(finding("SD182", "info", f"InvokeAI {package.version}"))
+        if inv.attention_backend is not None:
+            out.append(finding("SD184", "error",
+                               f"{inv.config_path} sets attention_backend: "
+                               f"{inv.attention_backend}"))
+    return out
+
+
+def diagnose(facts: Facts) -> list[Finding]:
+    """Every finding for the facts at hand, in area order; areas without facts are skipped."""
+    os_name = _os_name(facts)
+    out: list[Finding] = []
+    if facts.system:
+        out += check_system(facts.system)
+    if facts.gpu:
+        out += check_gpu(facts.gpu, os_name, facts.target)
+    sage: list[Finding] = []
+    if facts.target:
+        out += check_python(facts.target, os_name)
+        out += check_torch(facts.target, facts.gpu, os_name)
+        out += check_triton(facts.target, facts.gpu, os_name)
+        sage = check_sageattention(facts.target, facts.gpu, os_name)
+        out += sage
+    if facts.toolchain:
+        needs_build = any(f.code in _NEEDS_BUILD_CODES for f in sage)
+        out += check_toolchain(facts.toolchain, facts.target, facts.gpu, os_name, needs_build)
+    out += check_invokeai(facts)
+    for failure in facts.probe_failures:
+        area = _PROBE_AREA.get(failure.area, failure.area)
+        out.append(finding("SD190", "error", failure.message, area=area,
+                           title=f"Could not check {area}"))
+    order = {a: i for i, a in enumerate(AREA_ORDER)}
+    return sorted(out, key=lambda f: order.get(f.area, len(order)))  # stable within an area
+
+
+def findings_for_areas(findings: Iterable[Finding], areas: Iterable[str]) -> list[Finding]:
+    wanted = set(areas)
+    return [f for f in findings if f.area in wanted]

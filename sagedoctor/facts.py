@@ -1,0 +1,246 @@
+"""Everything true about one machine and one target environment, as frozen data.
+
+Facts serialise to JSON (``check --json``) and load back strictly (``--facts FILE``), so a
+user's report from Windows can be diagnosed here. Loading treats the file as hostile: every
+field is type-checked, unknown keys are rejected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, Union
+
+from .errors import FactsFileError
+
+FACTS_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SystemFacts:
+    os: str  # "linux" | "windows" | "darwin" | other lower-case platform.system()
+    os_release: str  # kernel release on Linux, "10"/"11" on Windows
+    os_version: str  # full version string, e.g. "10.0.22631"
+    windows_build: int | None  # 22631 for Windows 11 23H2; None elsewhere
+    machine: str  # normalised: "x86_64" | "arm64" | raw value
+    wsl: bool
+    cpu_count: int
+    memory_gib: float | None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    vendor: str  # "nvidia" | "amd" | "intel" | "apple"
+    name: str
+    compute_capability: str | None  # "9.0"; None when unknown
+    memory_mib: int | None
+    cc_source: str = "driver"  # "driver" | "name-table" | "unknown"
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    gpus: tuple[Gpu, ...]
+    driver_version: str | None
+    source: str  # "nvml" | "nvidia-smi" | "proc" | "none"
+    notes: tuple[str, ...] = ()
+
+    @property
+    def nvidia(self) -> tuple[Gpu, ...]:
+        return tuple(g for g in self.gpus if g.vendor == "nvidia")
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    version: str  # dist version, e.g. "2.11.0" (may lack the local tag)
+    full_version: str | None  # torch/version.py __version__, e.g. "2.11.0+cu130"
+    cuda: str | None  # "13.0"; None on CPU and ROCm builds
+    hip: str | None
+
+
+@dataclass(frozen=True)
+class SageFacts:
+    version: str  # e.g. "2.2.0+cu130torch2.10.0andhigher.post6"
+    compiled_modules: tuple[str, ...]  # "_fused", "_qattn_sm80", ...
+    package_dir: str | None
+    leftovers: tuple[str, ...] = ()  # stale *.egg dirs or easy-install.pth lines
+
+
+@dataclass(frozen=True)
+class InvokeAIPackageFacts:
+    version: str
+    attention_backend_supported: bool | None  # None: config class not found
+    attention_backend_choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    executable: str
+    python_version: str  # "3.12.3"
+    implementation: str  # "cpython"
+    tags: tuple[str, ...]  # supported wheel tags, most preferred first
+    is_venv: bool
+    prefix: str
+    base_prefix: str
+    site_packages: str
+    site_packages_writable: bool
+    include_dir: str
+    has_python_h: bool
+    libs_dir: str | None  # Windows: <base>/libs
+    has_python_lib: bool | None  # Windows: libs/python3XX.lib exists; None elsewhere
+    torch: TorchFacts | None
+    triton: str | None
+    triton_windows: str | None
+    sageattention: SageFacts | None
+    invokeai: InvokeAIPackageFacts | None
+    pip: str | None
+    uv: str | None
+
+
+@dataclass(frozen=True)
+class ToolchainFacts:
+    cuda_home: str | None
+    nvcc_path: str | None
+    nvcc_version: str | None  # "13.0.88"
+    gcc_version: str | None
+    ninja_version: str | None
+
+
+@dataclass(frozen=True)
+class InvokeAIFacts:
+    root: str | None  # the chosen root, whether or not it exists
+    root_source: str  # "--root" | "INVOKEAI_ROOT" | "venv-parent" | "home" | "none"
+    installed: bool  # root holds an InvokeAI venv
+    venv: str | None
+    config_path: str | None
+    config_exists: bool
+    schema_version: str | None = None
+    attention_type: str | None = None
+    attention_backend: str | None = None
+    config_error: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbeFailure:
+    area: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    system: SystemFacts | None
+    gpu: GpuFacts | None
+    target: TargetFacts | None
+    toolchain: ToolchainFacts | None
+    invokeai: InvokeAIFacts | None
+    probe_failures: tuple[ProbeFailure, ...] = ()
+    sagedoctor_version: str = ""
+    schema_version: int = FACTS_SCHEMA_VERSION
+    # Areas this run looked at; a check of one area leaves the others None on purpose.
+    areas: tuple[str, ...] = field(default_factory=tuple)
+
+    def failure_for(self, area: str) -> ProbeFailure | None:
+        return next((f for f in self.probe_failures if f.area == area), None)
+
+
+# --- JSON form -----------------------------------------------------------------------------
+
+def facts_to_dict(facts: Facts) -> dict[str, Any]:
+    return _to_jsonable(facts)  # type: ignore[no-any-return]
+
+
+def _to_jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_to_jsonable(v) for v in value]
+    return value
+
+
+T = TypeVar("T")
+
+
+def facts_from_dict(data: object, source: str = "<facts>") -> Facts:
+    """Build Facts from parsed JSON, rejecting anything that does not fit the schema."""
+    if not isinstance(data, dict):
+        raise FactsFileError(source, "the top level must be a JSON object")
+    version = data.get("schema_version")
+    if version != FACTS_SCHEMA_VERSION:
+        raise FactsFileError(
+            source, f"schema_version {version!r} is not supported (expected {FACTS_SCHEMA_VERSION})"
+        )
+    facts: Facts = _from_jsonable(Facts, data, "facts", source)
+    return facts
+
+
+def load_facts_file(path: Path) -> Facts:
+    """Load facts written by ``check --json`` (the whole report or its ``facts`` member)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FactsFileError(str(path), f"cannot read it: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FactsFileError(str(path), f"not valid JSON: {exc}") from exc
+    if isinstance(data, dict) and "facts" in data and "findings" in data:
+        data = data["facts"]
+    return facts_from_dict(data, str(path))
+
+
+def _from_jsonable(tp: Any, value: Any, where: str, source: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _from_jsonable(inner[0], value, where, source)
+        raise FactsFileError(source, f"{where}: unsupported union type")  # pragma: no cover
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise FactsFileError(source, f"{where}: expected a list, got {type(value).__name__}")
+        (item_tp, _ellipsis) = typing.get_args(tp)
+        return tuple(
+            _from_jsonable(item_tp, v, f"{where}[{i}]", source) for i, v in enumerate(value)
+        )
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise FactsFileError(source, f"{where}: expected an object")
+        hints = typing.get_type_hints(tp)
+        fields = {f.name: f for f in dataclasses.fields(tp)}
+        unknown = sorted(set(value) - set(fields))
+        if unknown:
+            raise FactsFileError(source, f"{where}: unknown key(s) {', '.join(unknown)}")
+        kwargs = {}
+        for name, f in fields.items():
+            if name not in value:
+                has_default = (
+                    f.default is not dataclasses.MISSING
+                    or f.default_factory is not dataclasses.MISSING
+                )
+                if has_default:
+                    continue
+                raise FactsFileError(source, f"{where}: missing key {name!r}")
+            kwargs[name] = _from_jsonable(hints[name], value[name], f"{where}.{name}", source)
+        return tp(**kwargs)  # type: ignore[operator]
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise FactsFileError(source, f"{where}: expected a number")
+        return float(value)
+    if tp in (str, int, bool):
+        # bool is an int in Python; keep them apart so `true` never passes as a count.
+        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+            raise FactsFileError(source, f"{where}: expected {tp.__name__}, got {value!r:.60}")
+        return value
+    raise FactsFileError(source, f"{where}: unsupported type {tp!r}")  # pragma: no cover
+
+
+def parse_record(tp: type[T], data: object, where: str, source: str) -> T:
+    """Strictly parse one record (e.g. the target interpreter's answer) into ``tp``."""
+    return _from_jsonable(tp, data, where, source)  # type: ignore[no-any-return]

@@ -1,0 +1,207 @@
+"""Finding codes: what each means and how it is fixed. The docs page lists every one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SEVERITIES = ("ok", "info", "warn", "error")
+# The one finding per area that carries its summary line.
+SUMMARY_CODES = frozenset({"SD100", "SD110", "SD130", "SD140", "SD150", "SD160", "SD170", "SD180"})
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    area: str
+    severity: str  # one of SEVERITIES
+    title: str
+    detail: str = ""
+    fix: str = ""
+    fatal: bool = False  # SageAttention cannot work on this machine at all
+
+
+@dataclass(frozen=True)
+class FindingKind:
+    code: str
+    area: str
+    title: str
+    meaning: str
+    fix: str
+
+
+_KINDS = [
+    FindingKind("SD100", "system", "System", "The operating system and CPU architecture.", ""),
+    FindingKind("SD101", "system", "Operating system not supported",
+                "SageAttention needs Linux or Windows on x86-64 (Linux on arm64 can build "
+                "from source). macOS and Windows on Arm cannot run it.",
+                "Use a Linux or Windows x86-64 machine with an NVIDIA GPU."),
+    FindingKind("SD102", "system", "Running under WSL",
+                "WSL is treated as Linux; the GPU driver lives on the Windows side.",
+                "Keep the Windows NVIDIA driver current; do not install a Linux driver in WSL."),
+    FindingKind("SD110", "gpu", "GPUs", "The NVIDIA GPUs found and the driver version.", ""),
+    FindingKind("SD111", "gpu", "No NVIDIA GPU",
+                "No NVIDIA GPU was found. SageAttention runs only on NVIDIA GPUs; AMD, Intel "
+                "and Apple GPUs are named when seen.",
+                "Run on a machine with an NVIDIA GPU of compute capability 8.0 or newer."),
+    FindingKind("SD112", "gpu", "GPU too old",
+                "Compute capability below 8.0 (below 7.5 everywhere): SageAttention 2 has no "
+                "kernels for it.",
+                "Use an RTX 30xx or newer GPU; on Windows an RTX 20xx works through Triton."),
+    FindingKind("SD113", "gpu", "Turing GPU (sm75)",
+                "Compute capability 7.5 works only through the Windows fork's Triton path, "
+                "with triton-windows below 3.3; upstream Linux builds reject it.",
+                "On Windows: `pip install \"triton-windows<3.3\"`; on Linux use a newer GPU."),
+    FindingKind("SD114", "gpu", "Jetson Orin (sm87) not supported",
+                "Upstream SageAttention raises 'Unsupported CUDA architecture: sm87'.",
+                "No fix upstream; use a discrete GPU."),
+    FindingKind("SD115", "gpu", "Compute capability unknown",
+                "The driver did not report the compute capability (R470 drivers lack the "
+                "field) and the GPU name is not in the table.",
+                "Update the NVIDIA driver, or check the GPU's capability by hand."),
+    FindingKind("SD116", "gpu", "Could not list GPUs",
+                "nvidia-smi failed, hung or printed something unusable.",
+                "Run `nvidia-smi` by hand; reinstall the NVIDIA driver if it fails."),
+    FindingKind("SD120", "gpu", "Driver too old for torch's CUDA",
+                "Each CUDA major needs a minimum driver: 13.x needs 580+, 12.x needs "
+                "525.60.13+ (Linux) or 528.33+ (Windows).",
+                "Update the NVIDIA driver, or use a torch built for an older CUDA."),
+    FindingKind("SD121", "gpu", "Driver version unknown",
+                "The driver version could not be read, so its CUDA support is unchecked.",
+                "Run `nvidia-smi` to see the driver version."),
+    FindingKind("SD130", "python", "Python", "The target interpreter.", ""),
+    FindingKind("SD131", "python", "Python lacks include/ or libs/",
+                "Triton on Windows compiles a small module at first use and needs the base "
+                "interpreter's include\\Python.h and libs\\python3XX.lib (embedded and some "
+                "uv-managed Pythons lack them).",
+                "Copy the include and libs folders of the same Python version into the base "
+                "interpreter's folder (triton-windows README, section 8)."),
+    FindingKind("SD132", "python", "Environment not writable",
+                "The target's site-packages cannot be written by this user.",
+                "Run as the user who owns the venv, or fix its permissions."),
+    FindingKind("SD133", "python", "Python version not supported",
+                "SageAttention 2 needs Python 3.9 or newer (3.10+ for current Windows wheels); "
+                "Triton supports up to 3.14.",
+                "Use a venv with Python 3.10 to 3.13."),
+    FindingKind("SD134", "python", "Not a virtual environment",
+                "The target is a system or base interpreter; installing into it affects every "
+                "program that uses it.",
+                "Create a venv for the app, or pass --venv."),
+    FindingKind("SD140", "torch", "PyTorch", "The installed torch build.", ""),
+    FindingKind("SD141", "torch", "PyTorch not installed",
+                "The target has no torch. sagedoctor never installs or changes torch.",
+                "Install the app (which brings its torch) first, or pass --venv for its venv."),
+    FindingKind("SD142", "torch", "CPU-only PyTorch on an NVIDIA machine",
+                "torch was built without CUDA, so no GPU kernel can run.",
+                "Reinstall torch from the CUDA index, e.g. "
+                "`pip install torch --index-url https://download.pytorch.org/whl/cu128`."),
+    FindingKind("SD143", "torch", "PyTorch built for ROCm or another backend",
+                "SageAttention needs a CUDA build of torch.",
+                "Install a CUDA build of torch on an NVIDIA machine."),
+    FindingKind("SD144", "torch", "PyTorch not built for this GPU",
+                "cu128 and cu130 torch wheels start at Turing (sm75); older GPUs need cu126.",
+                "Install torch from the cu126 index, or use a newer GPU."),
+    FindingKind("SD145", "torch", "PyTorch too old",
+                "SageAttention 2 needs torch 2.4 or newer (custom ops; Windows wheels start at "
+                "2.5).",
+                "Upgrade torch in the app's own way (its installer or lock file)."),
+    FindingKind("SD150", "triton", "Triton", "The Triton package that serves torch.", ""),
+    FindingKind("SD151", "triton", "Triton missing",
+                "`import sageattention` imports triton. On Linux torch pins triton itself; on "
+                "Windows triton-windows must be added.",
+                "Windows: `sagedoctor install` adds the matching triton-windows. Linux: "
+                "reinstall torch so its pinned triton comes back."),
+    FindingKind("SD152", "triton", "Triton does not match torch",
+                "Each torch minor works only with one Triton minor (2.10/2.11 -> 3.6, 2.12/2.13 "
+                "-> 3.7, ...).",
+                "Install the Triton minor that torch expects (the fix line names it)."),
+    FindingKind("SD153", "triton", "Plain `triton` on Windows",
+                "The `triton` package from PyPI does not work on Windows; triton-windows "
+                "provides the same module.",
+                "`python -m pip uninstall -y triton`, then install triton-windows."),
+    FindingKind("SD154", "triton", "Triton too new for Turing",
+                "Triton 3.3 dropped Turing (sm75) support.",
+                "`pip install \"triton-windows<3.3\"`."),
+    FindingKind("SD160", "sageattention", "SageAttention", "The installed SageAttention.", ""),
+    FindingKind("SD161", "sageattention", "SageAttention not installed",
+                "SageAttention 2 is not in the target environment.",
+                "`sagedoctor install --venv VENV`."),
+    FindingKind("SD162", "sageattention", "SageAttention 1 installed",
+                "`pip install sageattention` gives 1.x from PyPI: Triton-only, slower, without "
+                "the SageAttention 2 kernels.",
+                "`sagedoctor install` replaces it with SageAttention 2."),
+    FindingKind("SD163", "sageattention", "SageAttention built for another torch or CUDA",
+                "Its compiled modules were built for another CUDA major or torch version; they "
+                "fail with 'DLL load failed' or 'undefined symbol'.",
+                "`sagedoctor install` picks the build that matches this torch."),
+    FindingKind("SD164", "sageattention", "Compiled module missing for this GPU",
+                "The kernel this GPU needs (`_qattn_sm80/89/90`) or `_fused` is not in the "
+                "package: calls fail with 'SMxx kernel is not available'.",
+                "`sagedoctor install` reinstalls a build that covers this GPU."),
+    FindingKind("SD165", "sageattention", "Stale SageAttention leftovers",
+                "`python setup.py install` left a sageattention-*.egg or an easy-install.pth "
+                "entry that can shadow the real install.",
+                "Delete the listed .egg folder and the sageattention line in easy-install.pth."),
+    FindingKind("SD166", "sageattention", "SageAttention build not labelled",
+                "A source build carries no +cuXXXtorchX.Y label, so its CUDA and torch cannot "
+                "be checked from metadata; `sagedoctor verify` tests it.",
+                "`sagedoctor verify --venv VENV`."),
+    FindingKind("SD170", "toolchain", "Build toolchain", "nvcc, gcc and ninja for source builds.",
+                ""),
+    FindingKind("SD171", "toolchain", "nvcc not found",
+                "Linux installs build SageAttention from source and need the CUDA toolkit.",
+                "Install the CUDA toolkit of torch's CUDA major and set CUDA_HOME."),
+    FindingKind("SD172", "toolchain", "nvcc too old for this GPU",
+                "Upstream needs nvcc 12.0+, 12.3+ for sm90, 12.4+ for sm89, 12.8+ for "
+                "Blackwell.",
+                "Install a newer CUDA toolkit and point CUDA_HOME at it."),
+    FindingKind("SD173", "toolchain", "nvcc of another CUDA major than torch",
+                "torch's extension builder refuses an nvcc whose CUDA major differs from "
+                "torch's.",
+                "Install the CUDA toolkit matching torch's CUDA major; set CUDA_HOME."),
+    FindingKind("SD174", "toolchain", "gcc or ninja missing",
+                "A source build needs a C++ compiler; ninja makes it much faster.",
+                "Install gcc/g++ from the OS, and `pip install ninja` in the venv."),
+    FindingKind("SD180", "invokeai", "InvokeAI", "The InvokeAI install and its settings.", ""),
+    FindingKind("SD181", "invokeai", "InvokeAI not found",
+                "No InvokeAI root was found (--root, INVOKEAI_ROOT, the venv's parent, "
+                "~/invokeai). That is fine for ComfyUI or scripts.",
+                "Pass --root DIR if InvokeAI lives elsewhere."),
+    FindingKind("SD182", "invokeai", "InvokeAI has no attention_backend setting",
+                "This InvokeAI's config class does not declare attention_backend, so it cannot "
+                "be switched on in invokeai.yaml.",
+                "`sagedoctor enable` uses the venv start-up hook instead."),
+    FindingKind("SD183", "invokeai", "invokeai.yaml unreadable",
+                "The file could not be read or parsed.",
+                "Fix or move the file; InvokeAI rewrites a default one at start."),
+    FindingKind("SD184", "invokeai", "invokeai.yaml sets a key this InvokeAI rejects",
+                "attention_backend is set, but this InvokeAI forbids unknown keys and will "
+                "refuse to start ('Failed to load config file').",
+                "Remove the attention_backend line from invokeai.yaml."),
+    FindingKind("SD190", "*", "Could not check",
+                "A probe failed or timed out; its areas were not checked.",
+                "Run with -v for details; the message names the failing step."),
+]
+
+CATALOG: dict[str, FindingKind] = {kind.code: kind for kind in _KINDS}
+
+
+def finding(
+    code: str,
+    severity: str,
+    detail: str = "",
+    fix: str | None = None,
+    *,
+    title: str | None = None,
+    fatal: bool = False,
+    area: str | None = None,
+) -> Finding:
+    kind = CATALOG[code]
+    return Finding(
+        code=code,
+        area=area or kind.area,
+        severity=severity,
+        title=title or kind.title,
+        detail=detail,
+        fix=kind.fix if fix is None else fix,
+        fatal=fatal,
+    )

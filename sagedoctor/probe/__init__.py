@@ -1,0 +1,107 @@
+"""Read-only detection. Every probe starts at once; each has a timeout; a crash in one
+becomes a "could not check" record, never a crash of the tool."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import SagedoctorError
+from ..facts import Facts, ProbeFailure
+from .gpu import probe_gpu
+from .invokeai import choose_root, locate_invokeai, read_config
+from .system import probe_system
+from .target import current_os, default_interpreter, probe_target, venv_python
+from .toolchain import probe_toolchain
+
+AREAS = ("system", "gpu", "python", "torch", "triton", "sageattention", "toolchain", "invokeai")
+
+# Which probes each area's findings read.
+_PROBES_FOR_AREA = {
+    "system": {"system"},
+    "gpu": {"system", "gpu"},
+    "python": {"system", "target"},
+    "torch": {"system", "gpu", "target"},
+    "triton": {"system", "gpu", "target"},
+    "sageattention": {"system", "gpu", "target"},
+    "toolchain": {"system", "gpu", "target", "toolchain"},
+    "invokeai": {"system", "target", "invokeai"},
+}
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    venv: Path | None = None
+    python: Path | None = None
+    root: Path | None = None
+    areas: tuple[str, ...] = AREAS
+
+
+def choose_target(options: ProbeOptions, invokeai_venv: str | None) -> Path:
+    if options.python is not None:
+        return options.python
+    if options.venv is not None:
+        return Path(venv_python(options.venv, current_os()))
+    if invokeai_venv is not None:
+        return Path(venv_python(Path(invokeai_venv), current_os()))
+    return default_interpreter()
+
+
+def _guard_seconds() -> float:
+    # Each probe bounds its own tools; this outer guard only catches a probe stuck elsewhere.
+    return float(os.environ.get("SAGEDOCTOR_TARGET_TIMEOUT", 20)) + 10
+
+
+def collect_facts(options: ProbeOptions) -> Facts:
+    os_name = current_os()
+    wanted: set[str] = set()
+    for area in options.areas:
+        wanted |= _PROBES_FOR_AREA[area]
+    # Root discovery is a few stat() calls and decides the default target: do it first.
+    choice = choose_root(options.root, os.environ, options.venv, Path.home())
+    located = locate_invokeai(choice, os_name)
+    target_python = choose_target(options, located.venv)
+
+    jobs: dict[str, Callable[[], Any]] = {
+        "system": probe_system,
+        "gpu": lambda: probe_gpu(os_name),
+        "target": lambda: probe_target(target_python),
+        "toolchain": lambda: probe_toolchain(os_name),
+        "invokeai": lambda: read_config(located),
+    }
+    results: dict[str, Any] = {}
+    failures: list[ProbeFailure] = []
+    pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="probe")
+    try:
+        futures = {name: pool.submit(job) for name, job in jobs.items() if name in wanted}
+        for name, future in futures.items():
+            try:
+                results[name] = future.result(timeout=_guard_seconds())
+            except FutureTimeout:
+                failures.append(ProbeFailure(name, f"the {name} probe did not finish in time"))
+            except SagedoctorError as exc:
+                detail = f"{exc.message} (fix: {exc.fix})" if exc.fix else exc.message
+                failures.append(ProbeFailure(name, detail))
+            except Exception as exc:  # a probe bug must not take the report down
+                last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                failures.append(ProbeFailure(name, f"the {name} probe crashed: {last}"))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    return Facts(
+        system=results.get("system"),
+        gpu=results.get("gpu"),
+        target=results.get("target"),
+        toolchain=results.get("toolchain"),
+        invokeai=results.get("invokeai"),
+        probe_failures=tuple(failures),
+        sagedoctor_version=__version__,
+        areas=tuple(options.areas),
+    )

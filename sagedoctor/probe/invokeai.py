@@ -1,0 +1,101 @@
+"""InvokeAI: where its root is (InvokeAI's own order), and what its invokeai.yaml says."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..facts import InvokeAIFacts
+from .target import venv_python
+
+MAX_CONFIG_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class RootChoice:
+    root: Path | None
+    source: str
+
+
+def choose_root(
+    explicit_root: Path | None,
+    env: Mapping[str, str],
+    venv: Path | None,
+    home: Path,
+) -> RootChoice:
+    """--root, then INVOKEAI_ROOT, then the venv's parent, then ~/invokeai: as InvokeAI does.
+
+    The first two are taken as given; the last two only where they hold an InvokeAI install
+    (a ``.venv`` or an ``invokeai.yaml``), so an unrelated venv's parent is not called a root.
+    """
+    if explicit_root is not None:
+        return RootChoice(explicit_root, "--root")
+    if env.get("INVOKEAI_ROOT"):
+        return RootChoice(Path(env["INVOKEAI_ROOT"]), "INVOKEAI_ROOT")
+    active = venv or (Path(env["VIRTUAL_ENV"]) if env.get("VIRTUAL_ENV") else None)
+    if active is not None and _looks_like_root(active.parent):
+        return RootChoice(active.parent, "venv-parent")
+    default = home / "invokeai"
+    if _looks_like_root(default):
+        return RootChoice(default, "home")
+    return RootChoice(None, "none")
+
+
+def _looks_like_root(path: Path) -> bool:
+    return (path / "invokeai.yaml").is_file() or (path / ".venv").is_dir()
+
+
+def locate_invokeai(choice: RootChoice, os_name: str) -> InvokeAIFacts:
+    """Cheap filesystem facts about the chosen root; the config is read by read_config."""
+    if choice.root is None:
+        return InvokeAIFacts(None, "none", False, None, None, False)
+    root = choice.root
+    python = Path(venv_python(root / ".venv", os_name))
+    config = root / "invokeai.yaml"
+    return InvokeAIFacts(
+        root=str(root),
+        root_source=choice.source,
+        installed=python.exists(),
+        venv=str(root / ".venv") if python.exists() else None,
+        config_path=str(config),
+        config_exists=config.is_file(),
+    )
+
+
+def read_config(facts: InvokeAIFacts) -> InvokeAIFacts:
+    """Parse invokeai.yaml (hostile input: size-capped, safe_load, every value type-checked)."""
+    if not facts.config_exists or facts.config_path is None:
+        return facts
+    path = Path(facts.config_path)
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            return replace(facts, config_error=f"{path} is larger than 1 MB; not read")
+        raw = path.read_bytes()
+    except OSError as exc:
+        return replace(facts, config_error=f"cannot read {path}: {exc.strerror or exc}")
+    import yaml  # only here: most runs have no invokeai.yaml to read
+
+    # InvokeAI reads it in the locale's encoding; UTF-8 covers what it writes on every OS
+    # we meet, and undecodable bytes must not stop the check.
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return replace(facts, config_error=f"{path} is not valid YAML: {str(exc).splitlines()[0]}")
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        return replace(facts, config_error=f"{path} must hold a mapping at the top level")
+
+    def text_value(key: str) -> str | None:
+        value = data.get(key)
+        return str(value) if isinstance(value, str | int | float) and not isinstance(value, bool) \
+            else None
+
+    return replace(
+        facts,
+        schema_version=text_value("schema_version"),
+        attention_type=text_value("attention_type"),
+        attention_backend=text_value("attention_backend"),
+    )

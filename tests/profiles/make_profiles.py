@@ -1,0 +1,232 @@
+"""Writes the machine profiles in this folder (facts files, as `check --json` saves them).
+
+Each profile is a base machine plus the differences that make it what it is. Values come from
+../shared/fixtures/h200-linux (the H200) and ../shared/facts/ (Windows wheels, drivers, triton).
+Run it after a facts schema change: `python tests/profiles/make_profiles.py`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+
+LINUX_H200: dict[str, Any] = {
+    "schema_version": 1,
+    "sagedoctor_version": "0.1.0",
+    "areas": ["system", "gpu", "python", "torch", "triton", "sageattention", "toolchain",
+              "invokeai"],
+    "probe_failures": [],
+    "system": {"os": "linux", "os_release": "6.8.0-49-generic", "os_version": "#49-Ubuntu SMP",
+               "windows_build": None, "machine": "x86_64", "wsl": False, "cpu_count": 16,
+               "memory_gib": 125.7},
+    # nvidia-smi-query.csv from the lent H200
+    "gpu": {"gpus": [{"index": 0, "vendor": "nvidia", "name": "NVIDIA H200",
+                      "compute_capability": "9.0", "memory_mib": 143771, "cc_source": "driver"}],
+            "driver_version": "580.159.04", "source": "nvidia-smi", "notes": []},
+    "target": {
+        "executable": "/home/ana/app/.venv/bin/python", "python_version": "3.12.3",
+        "implementation": "cpython", "tags": ["cp312-cp312-manylinux_2_39_x86_64"],
+        "is_venv": True, "prefix": "/home/ana/app/.venv", "base_prefix": "/usr",
+        "site_packages": "/home/ana/app/.venv/lib/python3.12/site-packages",
+        "site_packages_writable": True, "include_dir": "/usr/include/python3.12",
+        "has_python_h": True, "libs_dir": None, "has_python_lib": None,
+        # torch-version.py fixture: dist says 2.11.0, version.py says +cu130
+        "torch": {"version": "2.11.0", "full_version": "2.11.0+cu130", "cuda": "13.0",
+                  "hip": None},
+        "triton": "3.6.0", "triton_windows": None,
+        "sageattention": {"version": "2.2.0", "package_dir": "/home/ana/app/.venv/lib/python3.12/"
+                          "site-packages/sageattention",
+                          "compiled_modules": ["_fused", "_qattn_sm80", "_qattn_sm89",
+                                               "_qattn_sm90"], "leftovers": []},
+        "invokeai": None, "pip": "24.0", "uv": None},
+    "toolchain": {"cuda_home": "/usr/local/cuda", "nvcc_path": "/usr/local/cuda/bin/nvcc",
+                  "nvcc_version": "13.0.88", "gcc_version": "13.3.0", "ninja_version": "1.11.1"},
+    "invokeai": {"root": None, "root_source": "none", "installed": False, "venv": None,
+                 "config_path": None, "config_exists": False, "schema_version": None,
+                 "attention_type": None, "attention_backend": None, "config_error": None},
+}
+
+WIN_4090: dict[str, Any] = {
+    **copy.deepcopy(LINUX_H200),
+    "system": {"os": "windows", "os_release": "11", "os_version": "10.0.22631",
+               "windows_build": 22631, "machine": "x86_64", "wsl": False, "cpu_count": 24,
+               "memory_gib": 63.8},
+    "gpu": {"gpus": [{"index": 0, "vendor": "nvidia", "name": "NVIDIA GeForce RTX 4090",
+                      "compute_capability": "8.9", "memory_mib": 24564, "cc_source": "driver"}],
+            "driver_version": "581.57", "source": "nvml", "notes": []},
+    "target": {
+        "executable": "C:\\Users\\Ana\\invokeai\\.venv\\Scripts\\python.exe",
+        "python_version": "3.12.10", "implementation": "cpython",
+        "tags": ["cp312-cp312-win_amd64", "cp312-abi3-win_amd64", "cp310-abi3-win_amd64"],
+        "is_venv": True, "prefix": "C:\\Users\\Ana\\invokeai\\.venv",
+        "base_prefix": "C:\\Users\\Ana\\AppData\\Roaming\\uv\\python\\cpython-3.12.10",
+        "site_packages": "C:\\Users\\Ana\\invokeai\\.venv\\Lib\\site-packages",
+        "site_packages_writable": True,
+        "include_dir": "C:\\Users\\Ana\\AppData\\Roaming\\uv\\python\\cpython-3.12.10\\Include",
+        "has_python_h": True,
+        "libs_dir": "C:\\Users\\Ana\\AppData\\Roaming\\uv\\python\\cpython-3.12.10\\libs",
+        "has_python_lib": True,
+        "torch": {"version": "2.10.0+cu130", "full_version": "2.10.0+cu130", "cuda": "13.0",
+                  "hip": None},
+        "triton": None, "triton_windows": "3.6.0.post25",
+        # a post6 wheel name from facts/sageattention.md section 2.4
+        "sageattention": {"version": "2.2.0+cu130torch2.10.0andhigher.post6",
+                          "package_dir": "C:\\Users\\Ana\\invokeai\\.venv\\Lib\\site-packages"
+                                         "\\sageattention",
+                          "compiled_modules": ["_fused", "_qattn_sm80", "_qattn_sm89",
+                                               "_qattn_sm90"], "leftovers": []},
+        "invokeai": {"version": "6.14.2", "attention_backend_supported": False,
+                     "attention_backend_choices": []},
+        "pip": None, "uv": None},
+    "toolchain": {"cuda_home": None, "nvcc_path": None, "nvcc_version": None,
+                  "gcc_version": None, "ninja_version": None},
+    "invokeai": {"root": "C:\\Users\\Ana\\invokeai", "root_source": "INVOKEAI_ROOT",
+                 "installed": True, "venv": "C:\\Users\\Ana\\invokeai\\.venv",
+                 "config_path": "C:\\Users\\Ana\\invokeai\\invokeai.yaml", "config_exists": True,
+                 "schema_version": "4.0.3", "attention_type": "auto", "attention_backend": None,
+                 "config_error": None},
+}
+
+
+def gpu(index: int, name: str, cc: str | None, mem: int | None = 24564,
+        vendor: str = "nvidia", source: str = "driver") -> dict[str, Any]:
+    return {"index": index, "vendor": vendor, "name": name, "compute_capability": cc,
+            "memory_mib": mem, "cc_source": source}
+
+
+def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+NO_GPU: dict[str, Any] = {"gpus": [], "driver_version": None, "source": "none", "notes": []}
+SAGE_WIN = WIN_4090["target"]["sageattention"]
+
+PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "linux-h200-ready": (LINUX_H200, {}),
+    "linux-cpu-machine-no-torch": (LINUX_H200, {"gpu": NO_GPU, "target": {
+        "torch": None, "triton": None, "sageattention": None}}),
+    "linux-amd-gpu": (LINUX_H200, {"gpu": {**NO_GPU, "gpus": [
+        gpu(0, "AMD GPU (card0)", None, None, "amd", "unknown")]}}),
+    "macos-apple": (LINUX_H200, {"system": {"os": "darwin", "os_release": "24.1.0",
+                                            "machine": "arm64"},
+                                 "gpu": {**NO_GPU, "gpus": [gpu(0, "Apple GPU (arm64)", None,
+                                                                None, "apple", "unknown")]}}),
+    "windows-arm64": (WIN_4090, {"system": {"machine": "arm64"}}),
+    "wsl-rtx3090-needs-install": (LINUX_H200, {
+        "system": {"os_release": "5.15.167.4-microsoft-standard-WSL2", "wsl": True},
+        "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 3090", "8.6")], "driver_version": "576.88"},
+        "target": {"torch": {"version": "2.7.1+cu128", "full_version": "2.7.1+cu128",
+                             "cuda": "12.8"}, "triton": "3.3.1", "sageattention": None},
+        "toolchain": {"cuda_home": None, "nvcc_path": None, "nvcc_version": None}}),
+    "linux-v100": (LINUX_H200, {"gpu": {"gpus": [gpu(0, "Tesla V100-SXM2-32GB", "7.0", 32768)],
+                                        "driver_version": "575.57.08"},
+                                "target": {"torch": {"version": "2.7.1+cu128",
+                                                     "full_version": "2.7.1+cu128",
+                                                     "cuda": "12.8"}, "triton": "3.3.1"},
+                                "toolchain": {"nvcc_version": "12.8.93"}}),
+    "linux-t4-turing": (LINUX_H200, {"gpu": {"gpus": [gpu(0, "Tesla T4", "7.5", 15360)]}}),
+    "windows-rtx2080-turing": (WIN_4090, {"gpu": {"gpus": [
+        gpu(0, "NVIDIA GeForce RTX 2080 SUPER", "7.5", 8192)]}}),
+    "linux-orin-sm87": (LINUX_H200, {"system": {"machine": "arm64"}, "gpu": {"gpus": [
+        gpu(0, "Orin (nvgpu)", "8.7", None)], "driver_version": "540.4.0"},
+        "target": {"torch": {"version": "2.5.0a0+872d972e41.nv24.08",
+                             "full_version": "2.5.0a0+872d972e41.nv24.08", "cuda": "12.6"},
+                   "triton": "3.1.0"},
+        "toolchain": {"nvcc_version": "12.6.68"}}),
+    "linux-r470-unknown-gpu": (LINUX_H200, {
+        "gpu": {"gpus": [gpu(0, "NVIDIA Graphics Device", None, 24268, source="unknown")],
+                "driver_version": "470.182.03"},
+        "target": {"torch": {"version": "2.4.1+cu118", "full_version": "2.4.1+cu118",
+                             "cuda": "11.8"}, "triton": "3.0.0", "sageattention": None}}),
+    "linux-gpu-listing-hung": (LINUX_H200, {"gpu": {**NO_GPU, "notes": [
+        "`nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total "
+        "--format=csv,noheader` did not answer within 5 s"]}}),
+    "linux-driver-too-old-for-cu130": (LINUX_H200, {"gpu": {"driver_version": "550.54.15"}}),
+    "windows-driver-unknown": (WIN_4090, {"gpu": {"driver_version": None}}),
+    "windows-embedded-python-no-headers": (WIN_4090, {"target": {
+        "has_python_h": False, "has_python_lib": False}}),
+    "linux-system-python-readonly": (LINUX_H200, {"target": {
+        "is_venv": False, "prefix": "/usr", "executable": "/usr/bin/python3",
+        "site_packages": "/usr/lib/python3/dist-packages", "site_packages_writable": False}}),
+    "windows-python38": (WIN_4090, {"target": {"python_version": "3.8.10"}}),
+    "linux-no-torch": (LINUX_H200, {"target": {"torch": None, "triton": None}}),
+    "windows-cpu-torch": (WIN_4090, {"target": {"torch": {
+        "version": "2.7.1+cpu", "full_version": "2.7.1+cpu", "cuda": None}}}),
+    "linux-rocm-torch": (LINUX_H200, {"target": {"torch": {
+        "version": "2.10.0+rocm7.1", "full_version": "2.10.0+rocm7.1", "cuda": None,
+        "hip": "7.1.25424"}}}),
+    "linux-gtx1080-cu128": (LINUX_H200, {"gpu": {"gpus": [
+        gpu(0, "NVIDIA GeForce GTX 1080 Ti", "6.1", 11264)], "driver_version": "575.64"},
+        "target": {"torch": {"version": "2.7.1+cu128", "full_version": "2.7.1+cu128",
+                             "cuda": "12.8"}, "triton": "3.3.1"}}),
+    "windows-torch23": (WIN_4090, {"target": {"torch": {
+        "version": "2.3.1+cu121", "full_version": "2.3.1+cu121", "cuda": "12.1"},
+        "sageattention": None}}),
+    "windows-triton-missing": (WIN_4090, {"target": {"triton_windows": None}}),
+    "windows-triton-mismatch": (WIN_4090, {"target": {
+        "torch": {"version": "2.7.1+cu128", "full_version": "2.7.1+cu128", "cuda": "12.8"},
+        "sageattention": {**SAGE_WIN, "version": "2.2.0+cu128torch2.7.1.post3"},
+        "triton_windows": "3.6.0.post25"}}),
+    "windows-plain-triton": (WIN_4090, {"target": {"triton": "3.6.0"}}),
+    "windows-sageattention1": (WIN_4090, {"target": {"sageattention": {
+        "version": "1.0.6", "compiled_modules": [], "package_dir": None, "leftovers": []}}}),
+    "windows-sage-cuda-major-mismatch": (WIN_4090, {"target": {"sageattention": {
+        **SAGE_WIN, "version": "2.2.0+cu128torch2.10.0andhigher.post6"}}}),
+    "windows-sage-torch-mismatch": (WIN_4090, {"target": {
+        "torch": {"version": "2.9.1+cu128", "full_version": "2.9.1+cu128", "cuda": "12.8"},
+        "triton_windows": "3.5.1.post24",
+        "sageattention": {**SAGE_WIN, "version": "2.2.0+cu128torch2.8.0.post3"}}}),
+    "linux-4090-sm80-only-build-old-nvcc": (LINUX_H200, {
+        "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 4090", "8.9")], "driver_version": "570.86"},
+        "target": {"torch": {"version": "2.7.1+cu128", "full_version": "2.7.1+cu128",
+                             "cuda": "12.8"}, "triton": "3.3.1",
+                   "sageattention": {"version": "2.2.0", "package_dir": None,
+                                     "compiled_modules": ["_fused", "_qattn_sm80"],
+                                     "leftovers": []}},
+        "toolchain": {"nvcc_version": "12.2.140"}}),
+    "linux-egg-leftovers": (LINUX_H200, {"target": {"sageattention": {
+        "leftovers": ["/home/ana/app/.venv/lib/python3.12/site-packages/"
+                      "sageattention-2.2.0-py3.12-linux-x86_64.egg"]}}}),
+    "linux-nvcc-major-mismatch-no-gcc": (LINUX_H200, {
+        "target": {"sageattention": None},
+        "toolchain": {"nvcc_version": "12.8.93", "gcc_version": None, "ninja_version": None}}),
+    "windows-invokeai-backend-set-but-unsupported": (WIN_4090, {"invokeai": {
+        "attention_backend": "sage"}}),
+    "windows-invokeai-yaml-broken": (WIN_4090, {"invokeai": {
+        "schema_version": None, "attention_type": None, "config_error":
+        "C:\\Users\\Ana\\invokeai\\invokeai.yaml is not valid YAML: mapping values are not "
+        "allowed here"}}),
+    "linux-target-probe-failed": (LINUX_H200, {"target": None, "probe_failures": [
+        {"area": "target", "message": "/home/ana/app/.venv/bin/python failed to report (exit 1):"
+         " ModuleNotFoundError: No module named 'encodings'"}]}),
+    "linux-h100-plus-v100": (LINUX_H200, {"gpu": {"gpus": [
+        gpu(0, "NVIDIA H100 80GB HBM3", "9.0", 81559), gpu(1, "Tesla V100-PCIE-16GB", "7.0",
+                                                           16384)]}}),
+    "windows-rtx5090-torch213-ready": (WIN_4090, {
+        "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 5090", "12.0", 32607)],
+                "driver_version": "581.57"},
+        "target": {"torch": {"version": "2.13.0+cu130", "full_version": "2.13.0+cu130",
+                             "cuda": "13.0"}, "triton_windows": "3.7.1.post27"}}),
+}
+
+
+def main() -> None:
+    for name, (base, changes) in PROFILES.items():
+        data = merge(base, changes)
+        if changes.get("target", ...) is None:
+            data["target"] = None
+        (HERE / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Real venvs holding stand-in distributions, and a fake nvidia-smi on PATH.
+
+Only the process boundary is faked: the venv is a real `python -m venv`, its dist-infos are real
+files that importlib.metadata reads, and nvidia-smi is a real executable that replays output
+recorded on real machines (../shared/fixtures) or built from ../shared/facts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+H200 = FIXTURES / "h200-linux"
+EXT = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+
+
+def make_venv(path: Path) -> Path:
+    """A real venv without pip (fast); returns its site-packages."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    found = list(path.glob("lib/python3*/site-packages"))
+    assert found, f"no site-packages under {path}"
+    return found[0]
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def add_dist(site: Path, name: str, version: str, files: dict[str, str] | None = None,
+             summary: str = "") -> None:
+    """A dist-info as pip writes it (METADATA, RECORD, INSTALLER) plus the package's files."""
+    dist = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {summary}\n",
+        encoding="utf-8")
+    (dist / "INSTALLER").write_text("pip\n", encoding="utf-8")
+    record = []
+    for rel, text in (files or {}).items():
+        target = site / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        record.append(f"{rel},,")
+    (dist / "RECORD").write_text("\n".join(record) + "\n", encoding="utf-8")
+
+
+def add_torch(site: Path, version_py: str, dist_version: str = "2.11.0") -> None:
+    add_dist(site, "torch", dist_version, {
+        "torch/__init__.py": "raise ImportError('sagedoctor must never import torch')\n",
+        "torch/version.py": version_py,
+    })
+
+
+def add_sageattention(site: Path, version: str, modules: tuple[str, ...]) -> None:
+    files = {"sageattention/__init__.py": "raise ImportError('must not be imported')\n",
+             "sageattention/core.py": ""}
+    for module in modules:
+        files[f"sageattention/{module}{EXT}"] = ""
+    add_dist(site, "sageattention", version, files)
+
+
+INVOKEAI_CONFIG_OLD = textwrap.dedent('''\
+    from typing import Literal
+    from pydantic_settings import BaseSettings
+    CONFIG_SCHEMA_VERSION = "4.0.3"
+    class InvokeAIAppConfig(BaseSettings):
+        attention_type: Literal["auto", "normal", "xformers", "sliced", "torch-sdp"] = "auto"
+        precision: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
+    ''')
+
+INVOKEAI_CONFIG_NEW = INVOKEAI_CONFIG_OLD + (
+    '    attention_backend: Literal["auto", "torch-sdp", "sage"] = "auto"\n')
+
+
+def add_invokeai(site: Path, version: str, config_source: str) -> None:
+    add_dist(site, "invokeai", version, {
+        "invokeai/__init__.py": "raise ImportError('must not be imported')\n",
+        "invokeai/app/services/config/config_default.py": config_source,
+    })
+
+
+def fake_nvidia_smi(bin_dir: Path, mode: str, payload: str = "") -> Path:
+    """An executable `nvidia-smi` that behaves like a driver of one kind.
+
+    modes: "replay" prints payload; "r470" rejects compute_cap like 470.x drivers, then answers
+    the query without it; "hang" never answers; "fail" exits 9 like a driver/library mismatch.
+    """
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    data = bin_dir / "nvidia-smi.out"
+    data.write_text(payload, encoding="utf-8")
+    script = bin_dir / "nvidia-smi"
+    if mode == "replay":
+        body = f'cat "{data}"\n'
+    elif mode == "r470":
+        body = textwrap.dedent(f'''\
+            case "$*" in
+              *compute_cap*) echo 'Field "compute_cap" is not a valid field to query.'; exit 2;;
+            esac
+            cat "{data}"
+            ''')
+    elif mode == "hang":
+        body = "sleep 60\n"  # a child: the timeout must kill the whole group
+    elif mode == "fail":
+        body = ("echo 'Failed to initialize NVML: Driver/library version mismatch'\n"
+                "exit 9\n")
+    else:
+        raise ValueError(mode)
+    script.write_text("#!/bin/sh\n" + body, encoding="utf-8")
+    script.chmod(0o755)
+    return script
+
+
+def clean_env(tmp_path: Path, path_prefix: Path | None = None) -> dict[str, str]:
+    """The environment a user would have, minus anything of this machine that leaks in."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "INVOKEAI_ROOT", "CUDA_HOME", "CUDA_PATH", "NO_COLOR",
+                        "FORCE_COLOR")}
+    env["HOME"] = str(tmp_path / "home")
+    env["SAGEDOCTOR_SKIP_NVML"] = "1"
+    base_path = "/usr/bin:/bin"
+    env["PATH"] = f"{path_prefix}:{base_path}" if path_prefix else base_path
+    return env
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout: float = 60
+            ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sagedoctor", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,64 @@
+"""The target interpreter answers through itself; nothing heavy is ever imported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sagedoctor.probe.target import probe_target
+from sagedoctor.probe.toolchain import probe_toolchain
+from tests.standins import (
+    H200,
+    add_dist,
+    add_sageattention,
+    add_torch,
+    make_venv,
+    venv_python,
+)
+
+
+def test_probe_reads_files_only_in_a_path_with_spaces_and_non_ascii(tmp_path: Path) -> None:
+    venv = tmp_path / "Mes Applis é" / "venv ü"
+    site = make_venv(venv)
+    # The stand-in torch raises if imported: the probe must read version.py as text.
+    add_torch(site, (H200 / "torch-version.py").read_text(encoding="utf-8"))
+    add_dist(site, "triton-windows", "3.6.0.post25")
+    add_sageattention(site, "2.2.0+cu130torch2.10.0andhigher.post6", ("_fused", "_qattn_sm89"))
+    (site / "sageattention-2.2.0-py3.11-linux-x86_64.egg").mkdir()
+    (site / "easy-install.pth").write_text("./sageattention-2.2.0-py3.11.egg\n", encoding="utf-8")
+
+    facts = probe_target(venv_python(venv))
+
+    assert facts.prefix == str(venv)
+    assert facts.is_venv
+    assert facts.torch is not None
+    assert (facts.torch.version, facts.torch.full_version, facts.torch.cuda) == (
+        "2.11.0", "2.11.0+cu130", "13.0")
+    assert facts.triton is None and facts.triton_windows == "3.6.0.post25"
+    assert facts.sageattention is not None
+    assert facts.sageattention.compiled_modules == ("_fused", "_qattn_sm89")
+    assert len(facts.sageattention.leftovers) == 2
+    assert facts.site_packages_writable
+    assert any(tag.startswith("cp311-cp311-") for tag in facts.tags)
+    assert facts.invokeai is None
+
+
+def test_empty_venv_reports_nothing_installed(tmp_path: Path) -> None:
+    venv = tmp_path / "empty"
+    make_venv(venv)
+    facts = probe_target(venv_python(venv))
+    assert (facts.torch, facts.sageattention, facts.triton, facts.pip) == (None, None, None, None)
+    assert facts.tags, "wheel tags must come from our packaging when the venv has none"
+
+
+def test_toolchain_from_cuda_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "cuda 12.8"
+    (home / "bin").mkdir(parents=True)
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n",
+                    encoding="utf-8")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    facts = probe_toolchain("linux")
+    assert (facts.cuda_home, facts.nvcc_version) == (str(home), "12.8.93")

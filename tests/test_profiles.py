@@ -1,0 +1,104 @@
+"""Table-driven: every machine profile in tests/profiles/ and what check must say about it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sagedoctor.diagnose import diagnose, exit_code
+from sagedoctor.facts import load_facts_file
+from sagedoctor.findings import CATALOG, SUMMARY_CODES
+
+PROFILES = Path(__file__).parent / "profiles"
+
+# profile -> (codes that must be reported at warn/error/info, exit code)
+EXPECTED: dict[str, tuple[set[str], int]] = {
+    "linux-h200-ready": ({"SD166"}, 0),
+    "linux-cpu-machine-no-torch": ({"SD111", "SD141", "SD161"}, 2),
+    "linux-amd-gpu": ({"SD111"}, 2),
+    "macos-apple": ({"SD101", "SD111"}, 2),
+    "windows-arm64": ({"SD101"}, 2),
+    "wsl-rtx3090-needs-install": ({"SD102", "SD161", "SD171"}, 1),
+    "linux-v100": ({"SD112", "SD144"}, 2),
+    "linux-t4-turing": ({"SD113"}, 2),
+    "windows-rtx2080-turing": ({"SD113", "SD154"}, 0),
+    "linux-orin-sm87": ({"SD114"}, 2),
+    "linux-r470-unknown-gpu": ({"SD115", "SD161"}, 1),
+    "linux-gpu-listing-hung": ({"SD116"}, 1),
+    "linux-driver-too-old-for-cu130": ({"SD120"}, 1),
+    "windows-driver-unknown": ({"SD121"}, 0),
+    "windows-embedded-python-no-headers": ({"SD131"}, 1),
+    "linux-system-python-readonly": ({"SD132", "SD134"}, 1),
+    "windows-python38": ({"SD133"}, 1),
+    "linux-no-torch": ({"SD141"}, 1),
+    "windows-cpu-torch": ({"SD142"}, 1),
+    "linux-rocm-torch": ({"SD143"}, 1),
+    "linux-gtx1080-cu128": ({"SD112", "SD144"}, 2),
+    "windows-torch23": ({"SD145", "SD161"}, 1),
+    "windows-triton-missing": ({"SD151"}, 1),
+    "windows-triton-mismatch": ({"SD152"}, 1),
+    "windows-plain-triton": ({"SD153"}, 1),
+    "windows-sageattention1": ({"SD162"}, 1),
+    "windows-sage-cuda-major-mismatch": ({"SD163"}, 1),
+    "windows-sage-torch-mismatch": ({"SD163"}, 1),
+    "linux-4090-sm80-only-build-old-nvcc": ({"SD164", "SD172"}, 1),
+    "linux-egg-leftovers": ({"SD165"}, 0),
+    "linux-nvcc-major-mismatch-no-gcc": ({"SD161", "SD173", "SD174"}, 1),
+    "windows-invokeai-backend-set-but-unsupported": ({"SD182", "SD184"}, 1),
+    "windows-invokeai-yaml-broken": ({"SD183"}, 0),
+    "linux-target-probe-failed": ({"SD190"}, 1),
+    "linux-h100-plus-v100": ({"SD112", "SD144"}, 1),
+    "windows-rtx5090-torch213-ready": (set(), 0),
+}
+
+# Codes a profile must NOT show, where the absence is the point.
+ABSENT: dict[str, set[str]] = {
+    "linux-h200-ready": {"SD120", "SD152", "SD163", "SD164"},
+    "windows-rtx5090-torch213-ready": {"SD152", "SD163", "SD164", "SD151"},
+    "windows-rtx2080-turing": {"SD112"},  # Turing works on Windows through Triton
+    "linux-h100-plus-v100": {"SD111"},
+}
+
+
+def test_every_profile_file_has_an_expectation() -> None:
+    assert {p.stem for p in PROFILES.glob("*.json")} == set(EXPECTED)
+    assert len(EXPECTED) >= 25
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_profile_findings_and_exit_code(name: str) -> None:
+    facts = load_facts_file(PROFILES / f"{name}.json")
+    findings = diagnose(facts)
+    reported = {f.code for f in findings if f.severity != "ok"}
+    want, code = EXPECTED[name]
+    assert want <= reported, f"missing {want - reported}; got {sorted(reported)}"
+    assert not ABSENT.get(name, set()) & reported
+    assert exit_code(findings) == code
+    for f in findings:
+        if f.severity in ("warn", "error"):
+            assert f.fix, f"{f.code} has no fix"
+
+
+def test_profiles_cover_every_problem_code() -> None:
+    seen: set[str] = set()
+    for name in EXPECTED:
+        seen |= {f.code for f in diagnose(load_facts_file(PROFILES / f"{name}.json"))}
+    problem_codes = set(CATALOG) - SUMMARY_CODES
+    assert problem_codes <= seen, f"no profile triggers {sorted(problem_codes - seen)}"
+
+
+def test_windows_fix_lines_quote_paths_with_spaces() -> None:
+    facts = load_facts_file(PROFILES / "windows-triton-missing.json")
+    fix = next(f.fix for f in diagnose(facts) if f.code == "SD151")
+    assert fix.startswith("C:\\Users\\Ana\\invokeai\\.venv\\Scripts\\python.exe -m pip install")
+    assert '"triton-windows>=3.6,<3.7"' in fix
+
+
+def test_sage_mismatch_says_built_for_x_you_have_y() -> None:
+    facts = load_facts_file(PROFILES / "windows-sage-cuda-major-mismatch.json")
+    detail = next(f.detail for f in diagnose(facts) if f.code == "SD163")
+    assert detail == "built for CUDA 12 (cu128), you have torch 2.10.0+cu130 (CUDA 13.0)"
+    facts = load_facts_file(PROFILES / "windows-sage-torch-mismatch.json")
+    detail = next(f.detail for f in diagnose(facts) if f.code == "SD163")
+    assert detail == "built for torch 2.8.0, you have torch 2.9.1+cu128"
