@@ -9,6 +9,7 @@ enough to say they are not supported.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import shutil
@@ -114,6 +115,13 @@ def parse_proc_driver_version(text: str) -> str | None:
 def _probe_nvml() -> tuple[list[Gpu], str | None] | None:
     if os.environ.get("SAGEDOCTOR_SKIP_NVML"):
         return None
+    if sys.platform.startswith("linux"):
+        # Loading the library is the cheap test; importing pynvml costs ~20 ms for nothing
+        # on machines without the driver.
+        try:
+            ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError:
+            return None
     try:
         import pynvml
     except ImportError:

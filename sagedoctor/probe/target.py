@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from importlib import resources
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 
 import packaging
@@ -40,7 +39,8 @@ def default_interpreter(env: dict[str, str] | None = None) -> Path:
 
 
 def _script_text() -> str:
-    return resources.files("sagedoctor.probe").joinpath("target_script.py").read_text("utf-8")
+    # A plain file read: importlib.resources costs ~15 ms of imports on every check.
+    return Path(__file__).with_name("target_script.py").read_text(encoding="utf-8")
 
 
 def probe_target(python: Path) -> TargetFacts:
