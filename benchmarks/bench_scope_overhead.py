@@ -1,0 +1,57 @@
+"""What the scope adds to an SDPA call that stays on SDPA, on the CPU, side by side in one run.
+
+Small bf16 CPU tensors (B=1, H=2, S=32, D=64: not on a GPU, so ineligible) are run through
+plain `F.scaled_dot_product_attention` and through the patched one inside `sage_scope()`, in
+alternating rounds; the added time is the median of the paired differences. Target: <= 2 us.
+
+    python benchmarks/bench_scope_overhead.py [--calls 4000] [--rounds 31]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from sagedoctor.runtime import Router, sage_scope
+
+
+def per_call_us(fn: object, args: tuple[object, ...], calls: int) -> float:
+    call = fn  # bound locally: the loop measures the call, not the lookup
+    started = time.perf_counter()
+    for _ in range(calls):
+        call(*args)  # type: ignore[operator]
+    return (time.perf_counter() - started) / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=31)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    q = torch.randn(1, 2, 32, 64).to(torch.bfloat16)
+    router = Router()  # the real registry: SageAttention kernels, none reachable on a CPU
+    plain_sdpa = F.scaled_dot_product_attention
+    plain, scoped = [], []
+    for _ in range(args.rounds):  # short alternating rounds: drift hits both sides alike
+        plain.append(per_call_us(plain_sdpa, (q, q, q), args.calls))
+        with sage_scope(router):
+            scoped.append(per_call_us(F.scaled_dot_product_attention, (q, q, q), args.calls))
+    p, s = statistics.median(plain), statistics.median(scoped)
+    paired = statistics.median(b - a for a, b in zip(plain, scoped, strict=True))
+    print(f"{args.rounds} rounds x {args.calls} calls, torch {torch.__version__}")
+    print(f"plain SDPA        {p:7.2f} us/call")
+    print(f"inside sage_scope {s:7.2f} us/call")
+    print(f"added             {paired:7.2f} us/call  (median of paired rounds; target <= 2.00)")
+    print(f"ratio             {s / p:7.3f}")
+    print(f"stats: {router.stats()['summary']}")
+    sys.exit(0 if paired <= 2.0 else 1)
+
+
+if __name__ == "__main__":
+    main()

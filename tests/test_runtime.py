@@ -1,0 +1,380 @@
+"""The SDPA router on the CPU, with the real torch and test kernels registered through the
+registry (the extension point), never by patching the router."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from sagedoctor.runtime import KernelRegistry, KernelSpec, Router, sage_scope  # noqa: E402
+from sagedoctor.runtime.accuracy import Thresholds, compare  # noqa: E402
+from sagedoctor.runtime.eligibility import ineligible_reason  # noqa: E402
+from sagedoctor.runtime.registry import default_registry  # noqa: E402
+
+BF16 = torch.bfloat16
+
+
+def math_attention(q: Any, k: Any, v: Any, *, is_causal: bool = False,
+                   scale: float | None = None) -> Any:
+    """A correct attention in fp32: what a working kernel computes."""
+    s = scale if scale is not None else q.shape[-1] ** -0.5
+    scores = (q.float() @ k.float().transpose(-1, -2)) * s
+    if is_causal:
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return (scores.softmax(-1) @ v.float()).to(q.dtype)
+
+
+def garbage_attention(q: Any, k: Any, v: Any, **_: Any) -> Any:
+    """Plausible-looking output that does not do the work (like v2.2.0's sm90 kernel)."""
+    return torch.randn_like(q) * v.std()
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def spec(name: str, fn: Callable[..., Any], calls: Calls | None = None,
+         priority: int = 100) -> KernelSpec:
+    def load() -> Callable[..., Any]:
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            if calls is not None:
+                calls.n += 1
+            return fn(*args, **kwargs)
+        return kernel
+    return KernelSpec(name, name, load, device_type="cpu", priority=priority)
+
+
+def router_with(*specs: KernelSpec, calibrated: bool = True, **kw: Any) -> Router:
+    registry = KernelRegistry()
+    for s in specs:
+        registry.register(s)
+    # crossover 0: route every verified call without timing (the timing path has its own tests)
+    calibration = {"cpu|bfloat16|64": 0, "cpu|bfloat16|128": 0} if calibrated else {}
+    return Router(registry=registry, calibration=calibration, **kw)
+
+
+def qkv(b: int = 1, h: int = 2, s: int = 256, d: int = 64, dtype: Any = BF16,
+        kv_heads: int | None = None, kv_len: int | None = None) -> tuple[Any, Any, Any]:
+    g = torch.Generator().manual_seed(s * 7 + d)
+    q = torch.randn(b, h, s, d, generator=g).to(dtype)
+    k = torch.randn(b, kv_heads or h, kv_len or s, d, generator=g).to(dtype)
+    v = torch.randn(b, kv_heads or h, kv_len or s, d, generator=g).to(dtype)
+    return q, k, v
+
+
+def test_eligible_call_runs_on_the_verified_kernel() -> None:
+    calls = Calls()
+    router = router_with(spec("good", math_attention, calls))
+    q, k, v = qkv()
+    with sage_scope(router):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.1)
+    assert router.stats()["routed"] == {"good": 1}
+    assert calls.n == 2  # the first-call check on a slice, then the call itself
+    torch.testing.assert_close(out, math_attention(q, k, v, is_causal=True, scale=0.1))
+    assert compare(out, F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.1)
+                   ).passes(Thresholds())
+
+
+@pytest.mark.parametrize(("make_call", "reason"), [
+    (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(
+        256, 256, dtype=torch.bool)), "mask"),
+    (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.1), "dropout"),
+    (lambda q, k, v: F.scaled_dot_product_attention(q.float(), k.float(), v.float()), "dtype"),
+    (lambda q, k, v: F.scaled_dot_product_attention(q[0], k[0], v[0]), "shape"),
+    (lambda q, k, v: F.scaled_dot_product_attention(q[..., :40], k[..., :40], v[..., :40]),
+     "head_dim"),
+    (lambda q, k, v: F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True),
+     "gqa"),
+    (lambda q, k, v: F.scaled_dot_product_attention(q, k[:, :, :200], v[:, :, :200],
+                                                    is_causal=True), "causal_lengths"),
+    (lambda q, k, v: F.scaled_dot_product_attention(q[:, :, :64], k[:, :, :64],
+                                                    v[:, :, :64]), "short"),
+    (lambda q, k, v: F.scaled_dot_product_attention(q.requires_grad_(), k, v), "grad"),
+])
+def test_ineligible_calls_stay_on_sdpa_and_are_counted(
+        make_call: Callable[..., Any], reason: str) -> None:
+    calls = Calls()
+    router = router_with(spec("good", math_attention, calls))
+    q, k, v = qkv()
+    torch.manual_seed(0)  # dropout draws random numbers: the same ones both times
+    expected = make_call(q.detach().clone(), k, v)  # plain SDPA, no scope
+    with sage_scope(router):
+        torch.manual_seed(0)
+        got = make_call(q.detach().clone(), k, v)
+    assert torch.equal(got, expected)
+    assert router.stats()["sdpa"] == {reason: 1}
+    assert calls.n == 0
+
+
+def test_eligibility_reports_tracing_under_torch_compile() -> None:
+    q, k, v = qkv()
+    reason = ineligible_reason(q, k, v, None, 0.0, False, frozenset({"cpu"}),
+                               frozenset({BF16}), frozenset({64}), 128, lambda: False,
+                               lambda: True)
+    assert reason == "compiling"
+
+
+def test_a_wrong_kernel_is_rejected_and_the_next_one_verified(
+        caplog: pytest.LogCaptureFixture) -> None:
+    broken, good = Calls(), Calls()
+    router = router_with(spec("broken", garbage_attention, broken, priority=1),
+                         spec("good", math_attention, good, priority=2))
+    q, k, v = qkv()
+    with caplog.at_level(logging.INFO, "sagedoctor.runtime"), sage_scope(router):
+        out = F.scaled_dot_product_attention(q, k, v)
+        F.scaled_dot_product_attention(q, k, v)
+    assert router.stats()["keys"] == {"cpu|bfloat16|64": "good"}
+    assert broken.n == 1  # tried once, in the check, never for a real call
+    assert router.stats()["routed"] == {"good": 2}
+    assert compare(out, math_attention(q, k, v)).cosine > 0.999
+    assert "broken: cos" in caplog.text
+
+
+def test_when_every_kernel_fails_the_check_sdpa_serves_and_it_is_logged_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    router = router_with(spec("broken", garbage_attention),
+                         spec("nan", lambda q, k, v, **_: torch.full_like(q, float("nan"))))
+    q, k, v = qkv()
+    with caplog.at_level(logging.WARNING, "sagedoctor.runtime"), sage_scope(router):
+        for _ in range(3):
+            out = F.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(out, F.scaled_dot_product_attention(q, k, v))
+    assert router.stats()["sdpa"] == {"unverified": 3}
+    assert caplog.text.count("no SageAttention kernel passed") == 1
+    assert "NaN/Inf" in caplog.text
+
+
+def test_without_calibration_a_slower_kernel_keeps_sdpa() -> None:
+    def slow(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        time.sleep(0.01)
+        return math_attention(q, k, v, **kw)
+
+    router = router_with(spec("slow", slow), calibrated=False)
+    q, k, v = qkv()
+    with sage_scope(router):
+        F.scaled_dot_product_attention(q, k, v)
+        F.scaled_dot_product_attention(q, k, v)
+    assert router.stats()["sdpa"] == {"slower": 2}
+    assert router.stats()["keys"] == {"cpu|bfloat16|64": "slow"}  # correct, just not worth it
+
+
+def test_without_calibration_a_faster_kernel_is_routed() -> None:
+    cache: dict[tuple[int, ...], Any] = {}
+
+    def memo(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        """Correct output at almost no cost: stands for a kernel faster than SDPA."""
+        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), *q.shape)
+        if key not in cache:
+            cache[key] = math_attention(q, k, v, **kw)
+        return cache[key]
+
+    router = router_with(spec("fast", memo), calibrated=False)
+    q, k, v = qkv(h=8, s=1024)
+    with sage_scope(router):
+        F.scaled_dot_product_attention(q, k, v)
+    assert router.stats()["routed"] == {"fast": 1}
+
+
+def test_calibration_routes_only_above_the_crossover() -> None:
+    router = router_with(spec("good", math_attention))
+    router.calibration["cpu|bfloat16|64"] = 512
+    with sage_scope(router):
+        F.scaled_dot_product_attention(*qkv(s=256))
+        F.scaled_dot_product_attention(*qkv(s=1024))
+    stats = router.stats()
+    assert (stats["routed"], stats["sdpa"]) == ({"good": 1}, {"slower": 1})
+
+
+def test_scopes_nest_and_restore_the_original_even_on_error() -> None:
+    original = F.scaled_dot_product_attention
+    router = router_with(spec("good", math_attention))
+    with pytest.raises(KeyError), sage_scope(router):
+        with sage_scope(router):
+            assert F.scaled_dot_product_attention is router.patched
+        assert F.scaled_dot_product_attention is router.patched  # outer still open
+        raise KeyError("boom")
+    assert F.scaled_dot_product_attention is original
+
+
+def test_scope_routes_only_its_own_thread_and_counts_exactly() -> None:
+    router = router_with(spec("good", math_attention))
+    q, k, v = qkv()
+    barrier = threading.Barrier(4)
+
+    def in_scope() -> None:
+        with sage_scope(router):
+            barrier.wait()
+            for _ in range(5):
+                F.scaled_dot_product_attention(q, k, v)
+            barrier.wait()
+
+    def outside() -> None:
+        barrier.wait()
+        for _ in range(5):
+            F.scaled_dot_product_attention(q, k, v)  # patched, but this thread has no scope
+        barrier.wait()
+
+    threads = [threading.Thread(target=in_scope) for _ in range(3)]
+    threads.append(threading.Thread(target=outside))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = router.stats()
+    assert stats["routed"] == {"good": 15}
+    assert stats["sdpa"] == {}
+    assert F.scaled_dot_product_attention is router.original
+
+
+def test_out_of_memory_sends_the_call_and_the_rest_of_the_scope_to_sdpa() -> None:
+    state = {"oom": True}
+
+    def oom_once(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        if q.shape[0] == 1 and q.shape[1] == 8 and state["oom"]:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+        return math_attention(q, k, v, **kw)
+
+    router = router_with(spec("k", oom_once))
+    q, k, v = qkv(h=8)
+    with sage_scope(router):
+        first = F.scaled_dot_product_attention(q, k, v)
+        state["oom"] = False
+        F.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(first, F.scaled_dot_product_attention(q, k, v))  # SDPA served it
+    assert router.stats()["sdpa"] == {"oom": 2}
+    with sage_scope(router):  # a new scope tries again
+        F.scaled_dot_product_attention(q, k, v)
+    assert router.stats()["routed"] == {"k": 1}
+
+
+def test_three_triton_faults_in_a_row_retire_the_device_and_a_success_resets() -> None:
+    fail = {"on": False}
+
+    def flaky(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        if fail["on"]:
+            raise ImportError("DLL load failed while importing cuda_utils (triton cache)")
+        return math_attention(q, k, v, **kw)
+
+    router = router_with(spec("flaky", flaky))
+    q, k, v = qkv()
+    with sage_scope(router):
+        F.scaled_dot_product_attention(q, k, v)  # verified, routed
+        fail["on"] = True
+        F.scaled_dot_product_attention(q, k, v)
+        F.scaled_dot_product_attention(q, k, v)
+        fail["on"] = False
+        F.scaled_dot_product_attention(q, k, v)  # success: the count starts again
+        fail["on"] = True
+        for _ in range(3):
+            F.scaled_dot_product_attention(q, k, v)
+        fail["on"] = False
+        out = F.scaled_dot_product_attention(q, k, v)
+    stats = router.stats()
+    assert stats["retired"] == ["cpu"]
+    assert stats["routed"] == {"flaky": 2}
+    assert stats["sdpa"] == {"fault": 5, "retired": 1}
+    assert torch.equal(out, F.scaled_dot_product_attention(q, k, v))
+
+
+def test_any_other_kernel_error_falls_back_for_that_call_only() -> None:
+    fail = {"on": False}
+
+    def odd(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        if fail["on"]:
+            raise ValueError("Unsupported head_dim")
+        return math_attention(q, k, v, **kw)
+
+    router = router_with(spec("odd", odd))
+    q, k, v = qkv()
+    with sage_scope(router):
+        F.scaled_dot_product_attention(q, k, v)
+        fail["on"] = True
+        F.scaled_dot_product_attention(q, k, v)
+        fail["on"] = False
+        F.scaled_dot_product_attention(q, k, v)
+    assert router.stats()["routed"] == {"odd": 2}
+    assert router.stats()["sdpa"] == {"fault": 1}
+    assert router.stats()["retired"] == []
+
+
+def test_the_caller_sees_the_errors_plain_sdpa_raises() -> None:
+    router = router_with(spec("good", math_attention))
+    q, k, v = qkv()
+    bad_k = k[..., :32]  # a head size that does not match q's
+    with pytest.raises(RuntimeError) as plain:
+        F.scaled_dot_product_attention(q, bad_k, v)
+    with sage_scope(router), pytest.raises(RuntimeError) as routed:
+        F.scaled_dot_product_attention(q, bad_k, v)
+    assert str(routed.value) == str(plain.value)
+
+
+def test_environment_variable_forces_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAGEDOCTOR_RUNTIME", "off")
+    original = F.scaled_dot_product_attention
+    router = router_with(spec("good", math_attention))
+    with sage_scope(router):
+        assert F.scaled_dot_product_attention is original
+        F.scaled_dot_product_attention(*qkv())
+    assert router.stats()["routed"] == {}
+
+
+def test_global_mode_reaches_names_bound_after_it_was_enabled() -> None:
+    router = router_with(spec("good", math_attention))
+    original = F.scaled_dot_product_attention
+    router.enable_global()
+    try:
+        from torch.nn.functional import scaled_dot_product_attention as bound
+
+        results: list[Any] = []
+        worker = threading.Thread(target=lambda: results.append(bound(*qkv())))
+        worker.start()
+        worker.join()
+        assert router.stats()["routed"] == {"good": 1}  # any thread, no scope
+        with sage_scope(router):
+            pass
+        assert F.scaled_dot_product_attention is router.patched  # a scope exit keeps it
+    finally:
+        router.disable_global()
+    assert F.scaled_dot_product_attention is original
+
+
+def test_scope_exit_logs_one_summary_line(caplog: pytest.LogCaptureFixture) -> None:
+    router = router_with(spec("good", math_attention))
+    q, k, v = qkv()
+    with caplog.at_level(logging.DEBUG, "sagedoctor.runtime"), sage_scope(router):
+        for _ in range(3):
+            F.scaled_dot_product_attention(q, k, v)
+        F.scaled_dot_product_attention(q[:, :, :16], k[:, :, :16], v[:, :, :16])
+        F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(256, 256,
+                                                                      dtype=torch.bool))
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert lines == ["3 calls on SageAttention (good), 2 on SDPA: 1 short sequence, 1 masked"]
+
+
+def test_accuracy_thresholds_separate_the_measured_h200_cases() -> None:
+    ref = torch.randn(4096, 128)
+    correct = ref + 0.03 * torch.randn_like(ref)  # rel L2 ~0.03, as correct kernels measured
+    assert compare(correct, ref).passes(Thresholds())
+    assert not compare(torch.randn_like(ref) * 40, ref).passes(Thresholds())  # cos ~0
+    assert not compare(ref * float("nan"), ref).passes(Thresholds())
+
+
+def test_default_registry_order_per_gpu_family() -> None:
+    registry = default_registry()
+    names = [s.name for s in registry.candidates("cuda", (8, 6), "float16", 128)]
+    assert names[:2] == ["sage_fp16_cuda", "sage_fp16_triton"]  # the fork's safer sm86 choice
+    names = [s.name for s in registry.candidates("cuda", (9, 0), "bfloat16", 64)]
+    assert names[0] == "sage_fp8_sm90"
+    assert "sage_fp8_cuda_fp32fp16" in names
+    assert registry.candidates("cuda", (9, 0), "bfloat16", 96) == []
+    assert registry.candidates("cuda", (7, 0), "float16", 128) == []
