@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
+from .areas import AREAS
 from .errors import SagedoctorError
 
 EXIT_TOOL_FAILED = 3
-AREAS = ("system", "gpu", "python", "torch", "triton", "sageattention", "toolchain", "invokeai")
 
 
 def _target_options(parser: argparse.ArgumentParser) -> None:

@@ -9,11 +9,10 @@ from collections.abc import Iterable
 from packaging.version import Version
 
 from . import compat
+from .areas import AREAS
 from .facts import Facts, Gpu, GpuFacts, SystemFacts, TargetFacts, ToolchainFacts
 from .findings import Finding, finding
 
-AREA_ORDER = ("system", "gpu", "python", "torch", "triton", "sageattention", "toolchain",
-              "invokeai")
 _PROBE_AREA = {"system": "system", "gpu": "gpu", "target": "python", "toolchain": "toolchain",
                "invokeai": "invokeai"}
 _NEEDS_BUILD_CODES = frozenset({"SD161", "SD162", "SD163", "SD164"})
@@ -398,7 +397,7 @@ def diagnose(facts: Facts) -> list[Finding]:
         area = _PROBE_AREA.get(failure.area, failure.area)
         out.append(finding("SD190", "error", failure.message, area=area,
                            title=f"Could not check {area}"))
-    order = {a: i for i, a in enumerate(AREA_ORDER)}
+    order = {a: i for i, a in enumerate(AREAS)}
     return sorted(out, key=lambda f: order.get(f.area, len(order)))  # stable within an area
 
 

@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from .diagnose import AREA_ORDER, exit_code
+from .areas import AREAS
+from .diagnose import exit_code
 from .facts import FACTS_SCHEMA_VERSION, Facts, facts_to_dict
 from .findings import SUMMARY_CODES, Finding
 
@@ -72,7 +73,7 @@ def render_text(
 ) -> str:
     style = _Style(color, unicode)
     lines = [header] if header else []
-    for area in [a for a in AREA_ORDER if a in areas]:
+    for area in [a for a in AREAS if a in areas]:
         items = [f for f in findings if f.area == area]
         title = AREA_TITLES[area]
         if not items:

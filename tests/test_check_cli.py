@@ -212,3 +212,14 @@ def test_hostile_invokeai_yaml_is_a_warning(tmp_path: Path) -> None:
     root = _invokeai_root(tmp_path, INVOKEAI_CONFIG_OLD, "schema_version: [unclosed\n: : :\n")
     _, report = check_json(["invokeai", "--root", str(root)], clean_env(tmp_path))
     assert "SD183" in codes(report, "warn")
+
+
+def test_an_interpreter_that_answers_garbage_is_a_could_not_check_finding(tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\ncat > /dev/null\necho 'Welcome to Python!'\n", encoding="utf-8")
+    fake.chmod(0o755)
+    code, report = check_json(["python", "--python", str(fake)], clean_env(tmp_path))
+    failure = next(f for f in report["findings"] if f["code"] == "SD190")
+    assert "not JSON" in failure["detail"]
+    assert code == 1

@@ -257,15 +257,21 @@ def test_out_of_memory_sends_the_call_and_the_rest_of_the_scope_to_sdpa() -> Non
     assert router.stats()["routed"] == {"k": 1}
 
 
-def test_three_triton_faults_in_a_row_retire_the_device_and_a_success_resets() -> None:
-    fail = {"on": False}
+def failing_when(fail: dict[str, bool], exc: Exception) -> Callable[..., Any]:
+    """A correct kernel that raises `exc` while fail["on"] is set."""
 
-    def flaky(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+    def kernel(q: Any, k: Any, v: Any, **kw: Any) -> Any:
         if fail["on"]:
-            raise ImportError("DLL load failed while importing cuda_utils (triton cache)")
+            raise exc
         return math_attention(q, k, v, **kw)
 
-    router = router_with(spec("flaky", flaky))
+    return kernel
+
+
+def test_three_triton_faults_in_a_row_retire_the_device_and_a_success_resets() -> None:
+    fail = {"on": False}
+    error = ImportError("DLL load failed while importing cuda_utils (triton cache)")
+    router = router_with(spec("flaky", failing_when(fail, error)))
     q, k, v = qkv()
     with sage_scope(router):
         F.scaled_dot_product_attention(q, k, v)  # verified, routed
@@ -288,13 +294,7 @@ def test_three_triton_faults_in_a_row_retire_the_device_and_a_success_resets() -
 
 def test_any_other_kernel_error_falls_back_for_that_call_only() -> None:
     fail = {"on": False}
-
-    def odd(q: Any, k: Any, v: Any, **kw: Any) -> Any:
-        if fail["on"]:
-            raise ValueError("Unsupported head_dim")
-        return math_attention(q, k, v, **kw)
-
-    router = router_with(spec("odd", odd))
+    router = router_with(spec("odd", failing_when(fail, ValueError("Unsupported head_dim"))))
     q, k, v = qkv()
     with sage_scope(router):
         F.scaled_dot_product_attention(q, k, v)

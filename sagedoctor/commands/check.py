@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from ..areas import AREAS
 from ..diagnose import diagnose, exit_code, findings_for_areas
 from ..facts import load_facts_file
-from ..probe import AREAS, ProbeOptions, collect_facts
+from ..probe import ProbeOptions, collect_facts
 from ..render import can_encode_marks, render_json, render_text, use_color
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..areas import AREAS
 from ..errors import SagedoctorError
 from ..facts import Facts, ProbeFailure
 from .gpu import probe_gpu
@@ -20,8 +21,6 @@ from .invokeai import choose_root, locate_invokeai, read_config
 from .system import probe_system
 from .target import current_os, default_interpreter, probe_target, venv_python
 from .toolchain import probe_toolchain
-
-AREAS = ("system", "gpu", "python", "torch", "triton", "sageattention", "toolchain", "invokeai")
 
 # Which probes each area's findings read.
 _PROBES_FOR_AREA = {
