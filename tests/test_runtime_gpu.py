@@ -1,0 +1,89 @@
+"""The router's CUDA paths on a real GPU (skipped without one): device context, capability
+lookup, CUDA-synchronised timing, and the real SageAttention registry when the package is
+missing or present."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+F = torch.nn.functional
+
+from sagedoctor.runtime import KernelRegistry, KernelSpec, Router, sage_scope  # noqa: E402
+from sagedoctor.runtime.accuracy import Thresholds, compare  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def cuda_math(q: Any, k: Any, v: Any, *, is_causal: bool = False,
+              scale: float | None = None) -> Any:
+    """Correct but slow attention: SDPA's math backend in fp32."""
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                             is_causal=is_causal, scale=scale)
+    return out.to(q.dtype)
+
+
+def garbage(q: Any, k: Any, v: Any, **_: Any) -> Any:
+    return torch.randn_like(q)
+
+
+def spec(name: str, fn: Any, priority: int) -> KernelSpec:
+    return KernelSpec(name, name, lambda: fn, device_type="cuda", priority=priority)
+
+
+def qkv(s: int, d: int = 128, h: int = 24, device: str = "cuda") -> tuple[Any, Any, Any]:
+    g = torch.Generator(device=device).manual_seed(s)
+    return tuple(torch.randn(1, h, s, d, device=device, dtype=torch.bfloat16, generator=g)
+                 for _ in range(3))
+
+
+def test_cuda_kernel_verified_and_wrong_one_rejected_on_a_real_gpu() -> None:
+    registry = KernelRegistry()
+    registry.register(spec("garbage", garbage, 1))
+    registry.register(spec("math", cuda_math, 2))
+    router = Router(registry=registry, calibration={})
+    q, k, v = qkv(4608)
+    with sage_scope(router):
+        out = F.scaled_dot_product_attention(q, k, v)
+    stats = router.stats()
+    assert stats["keys"] == {f"{q.device}|bfloat16|128": "math"}
+    # fp32 math is slower than flash SDPA on a GPU: measured with CUDA sync, SDPA is kept
+    assert stats["sdpa"] == {"slower": 1}
+    assert compare(out, F.scaled_dot_product_attention(q, k, v)).passes(Thresholds())
+
+
+def test_last_device_runs_with_its_own_device_current() -> None:
+    last = torch.cuda.device_count() - 1
+    device = f"cuda:{last}"
+    seen: list[int] = []
+
+    def recording(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        seen.append(torch.cuda.current_device())
+        return cuda_math(q, k, v, **kw)
+
+    registry = KernelRegistry()
+    registry.register(spec("rec", recording, 1))
+    arch = "{}.{}".format(*torch.cuda.get_device_capability(last))
+    router = Router(registry=registry, calibration={f"{arch}|bfloat16|128": 0})
+    q, k, v = qkv(1024, device=device)
+    with torch.cuda.device(0), sage_scope(router):
+        out = F.scaled_dot_product_attention(q, k, v)
+    assert seen and set(seen) == {last}
+    assert router.stats()["routed"] == {"rec": 1}
+    assert compare(out, F.scaled_dot_product_attention(q, k, v)).cosine > 0.999
+
+
+def test_default_registry_never_breaks_the_call() -> None:
+    """With the real SageAttention kernels: routed only if one passes, never an exception."""
+    router = Router(calibration={})
+    q, k, v = qkv(16896)
+    with sage_scope(router):
+        out = F.scaled_dot_product_attention(q, k, v)
+    reference = F.scaled_dot_product_attention(q, k, v)
+    assert compare(out, reference).passes(Thresholds())
+    print(router.stats())
