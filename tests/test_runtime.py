@@ -378,3 +378,18 @@ def test_default_registry_order_per_gpu_family() -> None:
     assert "sage_fp8_cuda_fp32fp16" in names
     assert registry.candidates("cuda", (9, 0), "bfloat16", 96) == []
     assert registry.candidates("cuda", (7, 0), "float16", 128) == []
+
+
+def test_a_kernel_that_calls_sdpa_itself_reaches_the_original_uncounted() -> None:
+    def wrapping(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        # like sageattn3 for large head sizes: the kernel falls back to SDPA internally
+        return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kw).to(q.dtype)
+
+    router = router_with(spec("wrapping", wrapping), calibrated=False)
+    q, k, v = qkv()
+    with sage_scope(router):
+        F.scaled_dot_product_attention(q, k, v)
+    stats = router.stats()
+    assert stats["keys"] == {"cpu|bfloat16|64": "wrapping"}
+    assert set(stats["sdpa"]) <= {"slower"} and sum(stats["sdpa"].values()) + sum(
+        stats["routed"].values()) == 1  # only the caller's one call is counted

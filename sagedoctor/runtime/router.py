@@ -128,6 +128,7 @@ class Router:
             if not runtime_switched_off():
                 self._depth += 1
                 self._local.depth = getattr(self._local, "depth", 0) + 1
+                self._local.route = True
                 if self._depth == 1 and not self._global:
                     self._install()
             return {"routed": Counter(self._routed), "sdpa": self._sdpa_totals()}
@@ -136,6 +137,8 @@ class Router:
         with self._lock:
             if getattr(self._local, "depth", 0) > 0:
                 self._local.depth -= 1
+                if self._local.depth == 0:
+                    del self._local.route  # back to the global setting
                 self._depth -= 1
                 if self._depth == 0:
                     self._oom_blocked = False
@@ -160,8 +163,20 @@ class Router:
                 self._oom_blocked = False
                 self._uninstall()
 
-    def _active_here(self) -> bool:
-        return self._global or getattr(self._local, "depth", 0) > 0
+    @contextlib.contextmanager
+    def _kernel_running(self, q: Any) -> Iterator[None]:
+        """The tensors' device current; SDPA calls from inside the kernel (a kernel that falls
+        back to SDPA itself) go straight to the original."""
+        previous = self._local.__dict__.get("route")
+        self._local.route = False
+        try:
+            with _device_current(q):
+                yield
+        finally:
+            if previous is None:
+                del self._local.route
+            else:
+                self._local.route = previous
 
     # --- the replacement ---------------------------------------------------------------------
 
@@ -170,7 +185,8 @@ class Router:
              enable_gqa: bool = False, **kwargs: Any) -> Any:
         original = self.original
         assert original is not None
-        if self._active_here():
+        # One attribute read decides: this thread's scope state, else the global setting.
+        if getattr(self._local, "route", self._global):
             if kwargs or enable_gqa:
                 reason: str | None = "gqa" if enable_gqa else "unknown_args"
             else:
@@ -231,7 +247,7 @@ class Router:
         device = key[0]
         try:
             fn = self.registry.load(spec)
-            with _device_current(q):
+            with self._kernel_running(q):
                 out = fn(q, k, v, is_causal=is_causal, scale=scale)
         except Exception as exc:
             return self._fault(spec, device, exc), None
@@ -279,7 +295,7 @@ class Router:
             for spec in self.registry.candidates(q.device.type, arch, key[1], key[2]):
                 try:
                     fn = self.registry.load(spec)
-                    with _device_current(q):
+                    with self._kernel_running(q):
                         out = fn(qs, ks, vs, is_causal=is_causal, scale=scale)
                     result: Comparison | str = compare(out, reference)
                 except Exception as exc:  # an import or kernel error fails this kernel only
@@ -347,7 +363,7 @@ class Router:
         sync = _synchronizer(q)
 
         def run_kernel() -> None:
-            with _device_current(q):
+            with self._kernel_running(q):
                 fn(q, k, v, is_causal=is_causal, scale=scale)
 
         def run_sdpa() -> None:
