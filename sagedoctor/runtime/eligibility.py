@@ -28,7 +28,6 @@ REASONS = {
     "oom": "out of memory earlier",
     "fault": "kernel error",
     "subclass": "tensor subclass",
-    "off": "switched off",
     "unknown_args": "unknown arguments",
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 KernelFn = Callable[..., Any]
@@ -26,7 +26,6 @@ class KernelSpec:
     head_dims: frozenset[int] = frozenset({64, 128})
     # Lower runs first; a family list below overrides it for the GPUs it names.
     priority: int = 100
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def serves(self, device_type: str, arch: tuple[int, int] | None, dtype: str,
                head_dim: int) -> bool:
@@ -50,11 +49,6 @@ class KernelRegistry:
         with self._lock:
             self._specs[spec.name] = spec
             self._loaded.pop(spec.name, None)
-
-    def unregister(self, name: str) -> None:
-        with self._lock:
-            self._specs.pop(name, None)
-            self._loaded.pop(name, None)
 
     def prefer(self, arch: tuple[int, int], names: tuple[str, ...]) -> None:
         with self._lock:

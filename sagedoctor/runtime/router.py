@@ -16,7 +16,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .accuracy import Comparison, Thresholds, compare
@@ -33,12 +32,6 @@ CHECK_HEADS = 4  # the first-call check runs on batch 1 and at most this many he
 Key = tuple[str, str, int]  # (device, dtype, head_dim)
 
 
-@dataclass
-class KeyState:
-    spec: KernelSpec | None
-    checks: tuple[tuple[str, Comparison | str], ...]  # (kernel, result or error) per kernel tried
-
-
 def _dtype_name(dtype: Any) -> str:
     return str(dtype).rpartition(".")[2]
 
@@ -53,8 +46,8 @@ def _is_triton_fault(exc: BaseException) -> bool:
     return module.startswith("triton") or "triton" in text or "cuda_utils" in text
 
 
-def runtime_switched_off(env: dict[str, str] | None = None) -> bool:
-    value = (env if env is not None else os.environ).get(OFF_ENV, "").strip().lower()
+def runtime_switched_off() -> bool:
+    value = os.environ.get(OFF_ENV, "").strip().lower()
     return value in ("off", "0", "false", "no", "sdpa")
 
 
@@ -78,7 +71,7 @@ class Router:
         self._local = threading.local()
         self._depth = 0
         self._global = False
-        self._keys: dict[Key, KeyState] = {}
+        self._keys: dict[Key, KernelSpec | None] = {}  # the verified kernel, None: SDPA
         self._speed: dict[tuple[Key, int], bool] = {}
         self._arch: dict[str, tuple[int, int] | None] = {}
         self._device_faults: Counter[str] = Counter()
@@ -128,7 +121,6 @@ class Router:
             if not runtime_switched_off():
                 self._depth += 1
                 self._local.depth = getattr(self._local, "depth", 0) + 1
-                self._local.route = True
                 if self._depth == 1 and not self._global:
                     self._install()
             return {"routed": Counter(self._routed), "sdpa": self._sdpa_totals()}
@@ -138,7 +130,7 @@ class Router:
             if getattr(self._local, "depth", 0) > 0:
                 self._local.depth -= 1
                 if self._local.depth == 0:
-                    del self._local.route  # back to the global setting
+                    del self._local.depth  # back to the global setting
                 self._depth -= 1
                 if self._depth == 0:
                     self._oom_blocked = False
@@ -167,16 +159,16 @@ class Router:
     def _kernel_running(self, q: Any) -> Iterator[None]:
         """The tensors' device current; SDPA calls from inside the kernel (a kernel that falls
         back to SDPA itself) go straight to the original."""
-        previous = self._local.__dict__.get("route")
-        self._local.route = False
+        previous = self._local.__dict__.get("depth")
+        self._local.depth = 0  # falsy: no routing, even in global mode
         try:
             with _device_current(q):
                 yield
         finally:
             if previous is None:
-                del self._local.route
+                del self._local.depth
             else:
-                self._local.route = previous
+                self._local.depth = previous
 
     # --- the replacement ---------------------------------------------------------------------
 
@@ -185,8 +177,9 @@ class Router:
              enable_gqa: bool = False, **kwargs: Any) -> Any:
         original = self.original
         assert original is not None
-        # One attribute read decides: this thread's scope state, else the global setting.
-        if getattr(self._local, "route", self._global):
+        # One attribute read decides: this thread's scope depth (0 inside a kernel), else the
+        # global setting.
+        if getattr(self._local, "depth", self._global):
             if kwargs or enable_gqa:
                 reason: str | None = "gqa" if enable_gqa else "unknown_args"
             else:
@@ -231,10 +224,10 @@ class Router:
         if device in self._retired:
             return "retired", None
         key: Key = (device, _dtype_name(q.dtype), int(q.shape[-1]))
-        state = self._keys.get(key)
-        if state is None:
-            state = self._first_call_check(key, q, k, v, is_causal, scale)
-        spec = state.spec
+        if key in self._keys:
+            spec = self._keys[key]
+        else:
+            spec = self._first_call_check(key, q, k, v, is_causal, scale)
         if spec is None:
             return "unverified", None
         wins = self._kernel_wins(key, spec, q, k, v, is_causal, scale)
@@ -280,11 +273,10 @@ class Router:
     # --- first-call correctness check ------------------------------------------------------
 
     def _first_call_check(self, key: Key, q: Any, k: Any, v: Any, is_causal: bool,
-                          scale: float | None) -> KeyState:
+                          scale: float | None) -> KernelSpec | None:
         with self._lock:  # one check per key, even with many threads arriving at once
-            state = self._keys.get(key)
-            if state is not None:
-                return state
+            if key in self._keys:
+                return self._keys[key]
             arch = self._arch_of(q)
             heads = min(int(q.shape[1]), CHECK_HEADS)
             qs, ks, vs = (t[:1, :heads] for t in (q, k, v))
@@ -304,8 +296,7 @@ class Router:
                 if isinstance(result, Comparison) and result.passes(self.thresholds):
                     chosen = spec
                     break
-            state = KeyState(chosen, tuple(tried))
-            self._keys[key] = state
+            self._keys[key] = chosen
             details = "; ".join(
                 f"{name}: {r.describe() if isinstance(r, Comparison) else r}" for name, r in tried)
             if chosen is None:
@@ -314,7 +305,7 @@ class Router:
             else:
                 log.info("SageAttention %s verified on %s %s D=%d (%s)", chosen.name, *key,
                          details)
-            return state
+            return chosen
 
     def _arch_of(self, q: Any) -> tuple[int, int] | None:
         device = str(q.device)
@@ -384,20 +375,15 @@ class Router:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
+            sdpa = self._sdpa_totals()
             return {
                 "routed": dict(self._routed),
-                "sdpa": dict(self._sdpa_totals()),
-                "keys": {"|".join(map(str, k)): (s.spec.name if s.spec else None)
+                "sdpa": dict(sdpa),
+                "keys": {"|".join(map(str, k)): (s.name if s else None)
                          for k, s in self._keys.items()},
                 "retired": sorted(self._retired),
-                "summary": summary_line(self._routed, self._sdpa_totals()),
+                "summary": summary_line(self._routed, sdpa),
             }
-
-    def reset_stats(self) -> None:
-        with self._lock:
-            self._routed.clear()
-            for counts in self._sdpa_counts:
-                counts.clear()
 
     def _log_once(self, tag: str, level: int, message: str, *args: Any) -> None:
         if tag not in self._logged:
