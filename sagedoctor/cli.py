@@ -7,10 +7,14 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .areas import AREAS
-from .errors import SagedoctorError
+from .errors import SagedoctorError, TargetError
+
+if TYPE_CHECKING:
+    from .commands.plan import PlanOptions
 
 EXIT_TOOL_FAILED = 3
 
@@ -46,7 +50,59 @@ def build_parser() -> argparse.ArgumentParser:
                        help="diagnose a saved `check --json` file instead of this machine")
     check.add_argument("-v", "--verbose", action="store_true",
                        help="show every detail (and tracebacks of sagedoctor's own errors)")
+
+    def plan_options(p: argparse.ArgumentParser) -> None:
+        _target_options(p)
+        p.add_argument("--facts", type=Path, metavar="FILE",
+                       help="plan for a saved `check --json` file instead of this machine")
+        p.add_argument("--index", type=Path, metavar="FILE",
+                       help="use this wheels_index.toml instead of the shipped one")
+        p.add_argument("--source", type=Path, metavar="DIR",
+                       help="Linux: build SageAttention from this source folder")
+        p.add_argument("--no-wheel-index", action="store_true",
+                       help="Linux: skip third-party wheel indexes, build from source")
+        p.add_argument("--json", action="store_true", help="write the plan as JSON")
+        p.add_argument("-v", "--verbose", action="store_true",
+                       help="tracebacks of sagedoctor's own errors")
+
+    plan = sub.add_parser("plan", help="show what `install` would do, and why",
+                          description="Resolve the wheels (or the source build) for the target "
+                                      "environment. Exit codes: 0 a plan, 1 blocked by "
+                                      "something fixable, 2 cannot work here.")
+    plan_options(plan)
+    install = sub.add_parser("install", help="install SageAttention into the target venv",
+                             description="Carry out the plan (see `sagedoctor plan`); torch "
+                                         "is never changed. Then verify on the GPU.")
+    plan_options(install)
+    install.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    install.add_argument("--quick", action="store_true", help="a short verify sweep")
+    verify = sub.add_parser("verify", help="prove SageAttention correct and faster on each GPU",
+                            description="Run the runtime's self-test in the target venv: every "
+                                        "kernel against SDPA, timings, and the calibration "
+                                        "the runtime uses. Exit 1 if no kernel is used.")
+    _target_options(verify)
+    verify.add_argument("--quick", action="store_true", help="a short sweep of lengths")
+    verify.add_argument("--json", action="store_true")
+    verify.add_argument("-v", "--verbose", action="store_true")
+    index = sub.add_parser("index", help="the wheel index: refresh it from GitHub")
+    index_sub = index.add_subparsers(dest="index_command", metavar="ACTION", required=True)
+    refresh = index_sub.add_parser(
+        "refresh", help="read the fork's releases and write an updated index to your config",
+        description="Reads woct0rdho/SageAttention's releases through the GitHub API (names, "
+                    "sizes, sha256 digests) and writes an updated index to your config folder; "
+                    "the shipped index is never changed. GITHUB_TOKEN is used if set.")
+    refresh.add_argument("--index", type=Path, metavar="FILE", help="start from this index")
+    refresh.add_argument("--api", metavar="URL", help="GitHub API base (default: api.github.com)")
+    refresh.add_argument("-v", "--verbose", action="store_true")
     return parser
+
+
+def _plan_options(args: argparse.Namespace) -> PlanOptions:
+    from .commands.plan import PlanOptions
+
+    return PlanOptions(venv=args.venv, python=args.python, root=args.root,
+                       facts_file=args.facts, index_file=args.index, source_dir=args.source,
+                       use_linux_indexes=not args.no_wheel_index, as_json=args.json)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,6 +126,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                     verbose=args.verbose,
                 )
             )
+        if args.command == "plan":
+            from .commands.plan import run_plan
+
+            return run_plan(_plan_options(args))
+        if args.command == "install":
+            from .commands.install import InstallOptions, run_install
+
+            if args.source is not None and not args.source.is_dir():
+                parser.error(f"--source {args.source}: not a folder")
+            return run_install(InstallOptions(_plan_options(args), dry_run=args.dry_run,
+                                              quick_verify=args.quick))
+        if args.command == "index":
+            from .commands.index import run_refresh
+
+            return run_refresh(args.index, args.api)
+        if args.command == "verify":
+            from .commands.install import run_verify
+            from .probe import ProbeOptions, collect_facts
+
+            facts = collect_facts(ProbeOptions(venv=args.venv, python=args.python,
+                                               root=args.root, areas=("python",)))
+            if facts.target is None:
+                raise TargetError("the target interpreter could not be inspected",
+                                  "pass --venv DIR or --python EXE")
+            return run_verify(Path(facts.target.executable), Path(facts.target.prefix),
+                              args.quick, args.json)
     except SagedoctorError as exc:
         print(f"sagedoctor: error {exc.code}: {exc.message}", file=sys.stderr)
         if exc.fix:

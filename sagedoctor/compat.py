@@ -94,29 +94,6 @@ def torch_min_cc(cuda: str | None) -> tuple[int, int] | None:
     return (5, 0)
 
 
-# --- Triton ------------------------------------------------------------------------------
-
-# torch minor -> Triton minor it is guaranteed to work with (triton-windows README; Linux
-# torch pins the same minors). Unknown torch minors return None.
-_TRITON_FOR_TORCH = {
-    (2, 4): (3, 1), (2, 5): (3, 1), (2, 6): (3, 2), (2, 7): (3, 3), (2, 8): (3, 4),
-    (2, 9): (3, 5), (2, 10): (3, 6), (2, 11): (3, 6), (2, 12): (3, 7), (2, 13): (3, 7),
-    (2, 14): (3, 8),
-}
-
-
-def triton_minor_for_torch(torch_version: str, os_name: str = "windows") -> tuple[int, int] | None:
-    minor = minor_of(torch_version)
-    if minor == (2, 4) and os_name != "windows":
-        return (3, 0)  # Linux torch 2.4 pins triton 3.0.0; triton-windows starts at 3.1
-    return _TRITON_FOR_TORCH.get(minor) if minor else None
-
-
-def triton_windows_spec(triton_minor: tuple[int, int]) -> str:
-    major, minor = triton_minor
-    return f"triton-windows>={major}.{minor},<{major}.{minor + 1}"
-
-
 # --- SageAttention -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -179,17 +156,3 @@ def required_sage_modules(cc: str) -> tuple[str, ...]:
     if value in ((8, 9), (10, 0), (12, 0), (12, 1)):
         return ("_qattn_sm89",)
     return ()
-
-
-# --- building from source -------------------------------------------------------------------
-
-def min_nvcc_for_cc(cc: str) -> str:
-    """Oldest nvcc upstream's setup.py accepts for a target (12.8 for Blackwell)."""
-    value = cc_tuple(cc) or (0, 0)
-    if value >= (10, 0):
-        return "12.8"
-    if value == (8, 9):
-        return "12.4"
-    if value == (9, 0):
-        return "12.3"
-    return "12.0"

@@ -12,6 +12,7 @@ from . import compat
 from .areas import AREAS
 from .facts import Facts, Gpu, GpuFacts, SystemFacts, TargetFacts, ToolchainFacts, TorchFacts
 from .findings import Finding, finding
+from .index import TritonRules, WheelIndex, shipped_index
 
 _PROBE_AREA = {"system": "system", "gpu": "gpu", "target": "python", "toolchain": "toolchain",
                "invokeai": "invokeai"}
@@ -231,7 +232,8 @@ def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list
     return out
 
 
-def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list[Finding]:
+def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
+                 rules: TritonRules) -> list[Finding]:
     out: list[Finding] = []
     pip = _pip(target, os_name)
     if os_name == "windows" and target.triton:
@@ -244,9 +246,10 @@ def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> lis
     if build.kind != "cuda":
         return [finding("SD150", "info", f"not matched: torch {build.label} is not a CUDA build"),
                 *out]
-    want = compat.triton_minor_for_torch(torch.version, os_name)
+    pair = rules.pair_for(torch.version)
+    want = (pair.windows_minor if os_name == "windows" else pair.linux) if pair else None
     have_text = target.triton_windows if os_name == "windows" else target.triton
-    package = "triton-windows" if os_name == "windows" else "triton"
+    package = rules.windows_package if os_name == "windows" else "triton"
     spec = (f"{package}>={want[0]}.{want[1]},<{want[0]}.{want[1] + 1}" if want else package)
     if have_text is None:
         out.append(finding("SD151", "error", f"no {package} in {target.prefix}",
@@ -318,7 +321,7 @@ def check_sageattention(target: TargetFacts, gpu: GpuFacts | None, os_name: str)
 
 
 def check_toolchain(tool: ToolchainFacts, target: TargetFacts | None, gpu: GpuFacts | None,
-                    os_name: str, needs_build: bool) -> list[Finding]:
+                    os_name: str, needs_build: bool, index: WheelIndex) -> list[Finding]:
     if os_name == "windows":
         return [finding("SD170", "ok", "not needed: Windows installs use prebuilt wheels")]
     severity = "warn" if needs_build else "info"
@@ -330,7 +333,7 @@ def check_toolchain(tool: ToolchainFacts, target: TargetFacts | None, gpu: GpuFa
     else:
         nvcc = compat.parse_version(tool.nvcc_version)
         for g in usable_gpus(gpu.nvidia if gpu else (), os_name):
-            need = compat.min_nvcc_for_cc(g.compute_capability or "")
+            need = index.min_nvcc_for(g.compute_capability or "")
             if nvcc is not None and nvcc < Version(need):
                 out.append(finding("SD172", severity, f"nvcc {tool.nvcc_version} < {need}, "
                                    f"needed for {gpu_label(g)}{why}"))
@@ -378,8 +381,11 @@ def check_invokeai(facts: Facts) -> list[Finding]:
     return out
 
 
-def diagnose(facts: Facts) -> list[Finding]:
-    """Every finding for the facts at hand, in area order; areas without facts are skipped."""
+def diagnose(facts: Facts, index: WheelIndex | None = None) -> list[Finding]:
+    """Every finding for the facts at hand, in area order; areas without facts are skipped.
+
+    The index supplies the Triton pairing and nvcc minimums (default: the shipped one)."""
+    index = index or shipped_index()
     os_name = _os_name(facts)
     out: list[Finding] = []
     if facts.system:
@@ -390,12 +396,13 @@ def diagnose(facts: Facts) -> list[Finding]:
     if facts.target:
         out += check_python(facts.target, os_name)
         out += check_torch(facts.target, facts.gpu, os_name)
-        out += check_triton(facts.target, facts.gpu, os_name)
+        out += check_triton(facts.target, facts.gpu, os_name, index.triton)
         sage = check_sageattention(facts.target, facts.gpu, os_name)
         out += sage
     if facts.toolchain:
         needs_build = any(f.code in _NEEDS_BUILD_CODES for f in sage)
-        out += check_toolchain(facts.toolchain, facts.target, facts.gpu, os_name, needs_build)
+        out += check_toolchain(facts.toolchain, facts.target, facts.gpu, os_name, needs_build,
+                               index)
     out += check_invokeai(facts)
     for failure in facts.probe_failures:
         area = _PROBE_AREA.get(failure.area, failure.area)

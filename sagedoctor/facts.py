@@ -99,6 +99,7 @@ class TargetFacts:
     invokeai: InvokeAIPackageFacts | None
     pip: str | None
     uv: str | None
+    runtime: str | None = None  # the bundled sagedoctor-runtime distribution's version
 
 
 @dataclass(frozen=True)

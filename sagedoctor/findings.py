@@ -177,6 +177,27 @@ _KINDS = [
                 "attention_backend is set, but this InvokeAI forbids unknown keys and will "
                 "refuse to start ('Failed to load config file').",
                 "Remove the attention_backend line from invokeai.yaml."),
+    FindingKind("SD201", "sageattention", "No SageAttention wheel for this combination",
+                "No Windows wheel in the index serves this torch, CUDA major and Python. "
+                "There are none for torch < 2.5, CUDA 11 or CPU torch; post5 and post6 need "
+                "Python 3.10 or newer.",
+                "Install a torch the index covers (docs: wheel-selection.md), or run "
+                "`sagedoctor index refresh` for newer wheels."),
+    FindingKind("SD202", "triton", "No known triton-windows for this torch",
+                "The index has no triton-windows pairing for this torch minor.",
+                "Run `sagedoctor index refresh`, or pass an index that pairs it with --index."),
+    FindingKind("SD203", "sageattention", "GPU needs a source build on Windows",
+                "The Windows wheels carry no kernels for this GPU (sm100 and sm121 are not "
+                "bundled; sm120 needs a CUDA 12.8 or newer wheel).",
+                "Build the woct0rdho fork from source (docs: wheel-selection.md), or use Linux."),
+    FindingKind("SD204", "toolchain", "Cannot build from source here",
+                "A Linux install builds SageAttention, and a tool it needs is missing or too "
+                "old.",
+                "Install the CUDA toolkit of torch's CUDA major and gcc, then run again."),
+    FindingKind("SD205", "gpu", "No GPU to build for",
+                "None of the NVIDIA GPUs has an architecture upstream SageAttention builds "
+                "(8.0, 8.6, 8.9, 9.0, 10.0, 12.0, 12.1).",
+                "Use a GPU of compute capability 8.0 or newer (not Jetson Orin)."),
     FindingKind("SD190", "*", "Could not check",
                 "A probe failed or timed out; its areas were not checked.",
                 "Run with -v for details; the message names the failing step."),

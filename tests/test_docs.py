@@ -22,3 +22,12 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     ci = (Path(__file__).parents[1] / ".ci" / "run").read_text(encoding="utf-8")
     readme = README.read_text(encoding="utf-8")
     assert "bash scripts/test.sh" in ci and "bash scripts/test.sh" in readme
+
+
+def test_wheel_selection_table_matches_the_shipped_index() -> None:
+    from sagedoctor.index import shipped_index
+    from sagedoctor.index_table import rewrite
+
+    page = DOCS / "wheel-selection.md"
+    assert rewrite(page, shipped_index()) == page.read_text(encoding="utf-8"), (
+        "run: python -m sagedoctor.index_table docs/wheel-selection.md")

@@ -84,7 +84,7 @@ def test_profiles_cover_every_problem_code() -> None:
     seen: set[str] = set()
     for name in EXPECTED:
         seen |= {f.code for f in diagnose(load_facts_file(PROFILES / f"{name}.json"))}
-    problem_codes = set(CATALOG) - SUMMARY_CODES
+    problem_codes = {c for c in CATALOG if c.startswith("SD1")} - SUMMARY_CODES  # SD2xx: plan
     assert problem_codes <= seen, f"no profile triggers {sorted(problem_codes - seen)}"
 
 

@@ -87,3 +87,56 @@ def test_default_registry_never_breaks_the_call() -> None:
     reference = F.scaled_dot_product_attention(q, k, v)
     assert compare(out, reference).passes(Thresholds())
     print(router.stats())
+
+
+# --- with a real SageAttention build (skipped where none is installed) ----------------------
+
+def _sageattention_or_skip() -> Any:
+    try:
+        import sageattention
+    except Exception:
+        pytest.skip("SageAttention is not installed in this interpreter")
+    return sageattention
+
+
+def test_router_uses_only_a_sage_kernel_that_matches_sdpa_on_this_gpu() -> None:
+    """With a broken kernel in the build (tag v2.2.0's sm90 one), the router picks a correct
+    one or none; with a good build it picks the best one. Either way its output is right."""
+    _sageattention_or_skip()
+    from sagedoctor.runtime import default_registry
+
+    registry = default_registry()
+    router = Router(registry=registry, calibration={})
+    q, k, v = qkv(4096, h=8)
+    reference = cuda_math(q, k, v)
+    with sage_scope(router):
+        out = F.scaled_dot_product_attention(q, k, v)
+    assert compare(out, reference).passes(Thresholds())
+    chosen = router.stats()["keys"]["cuda:0|bfloat16|128"]
+    arch = torch.cuda.get_device_capability()
+    for candidate in registry.candidates("cuda", arch, "bfloat16", 128):
+        direct = registry.load(candidate)(q, k, v, is_causal=False, scale=None)
+        good = compare(direct, reference).passes(Thresholds())
+        if candidate.name == chosen:
+            assert good
+            break
+        assert not good, f"{candidate.name} was correct but passed over for {chosen}"
+    else:
+        assert chosen is None
+
+
+def test_selftest_reports_every_kernel_and_a_calibration_on_this_gpu() -> None:
+    _sageattention_or_skip()
+    from sagedoctor.runtime.selftest import run_selftest
+    from sagedoctor.verify import calibration, key_results
+
+    report = run_selftest(dtypes=("bfloat16",), head_dims=(128,), sweep=(1024, 16384), reps=3)
+    results = key_results(report)
+    assert [(r.dtype, r.head_dim) for r in results] == [("bfloat16", 128)]
+    (result,) = results
+    assert report["modules"]["_fused"] == "ok"
+    if result.chosen is not None:
+        assert result.cosine is not None and result.cosine >= 0.99
+    crossovers = calibration(results)["crossovers"]
+    arch = "{}.{}".format(*torch.cuda.get_device_capability())
+    assert f"{arch}|bfloat16|128" in crossovers

@@ -211,6 +211,7 @@ def main() -> None:
         "invokeai": invokeai_facts(),
         "pip": dist_version("pip"),
         "uv": dist_version("uv"),
+        "runtime": dist_version("sagedoctor-runtime"),
     }
     # Last: the fallback import of packaging must not run before the distributions are read.
     report["tags"] = wheel_tags(sys.argv[1] if len(sys.argv) > 1 else "")

@@ -455,12 +455,23 @@ def get_router() -> Router:
         return _ROUTER
 
 
+CALIBRATION_ENV = "SAGEDOCTOR_CALIBRATION"
+
+
+def calibration_path() -> str:
+    """SAGEDOCTOR_CALIBRATION, else the file `sagedoctor verify` writes into this venv."""
+    import sys
+
+    return os.environ.get(CALIBRATION_ENV) or os.path.join(sys.prefix, "sagedoctor",
+                                                           "calibration.json")
+
+
 def _load_calibration() -> dict[str, int | None]:
-    """Crossovers written by `sagedoctor verify` (path in SAGEDOCTOR_CALIBRATION)."""
+    """Crossovers written by `sagedoctor verify`; none: the runtime times calls itself."""
     import json
 
-    path = os.environ.get("SAGEDOCTOR_CALIBRATION")
-    if not path:
+    path = calibration_path()
+    if not os.environ.get(CALIBRATION_ENV) and not os.path.isfile(path):
         return {}
     try:
         with open(path, encoding="utf-8") as handle:

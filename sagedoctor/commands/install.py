@@ -1,0 +1,78 @@
+"""`sagedoctor install` (and `--dry-run`) and `sagedoctor verify`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from .. import __version__
+from ..render_plan import plan_exit_code, render_plan_json, render_plan_text
+from ..resolve import Blocked
+from .plan import PlanOptions, gather
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    plan: PlanOptions
+    dry_run: bool = False
+    quick_verify: bool = False
+
+
+def _log_dir() -> Path:
+    from platformdirs import user_log_dir
+
+    return Path(user_log_dir("sagedoctor", appauthor=False))
+
+
+def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
+    stream = out or sys.stdout
+    _facts, index, result = gather(options.plan)
+    if options.dry_run or isinstance(result, Blocked):
+        if options.plan.as_json:
+            stream.write(render_plan_json(result, index.source))
+        else:
+            stream.write(render_plan_text(result, header=f"index: {index.source}"))
+        return plan_exit_code(result)
+    if options.plan.facts_file is not None:
+        stream.write("sagedoctor: --facts describes another machine; use it with --dry-run\n")
+        return 2
+    from ..install.execute import execute_plan
+
+    stream.write(render_plan_text(result, header=f"index: {index.source}"))
+    stream.flush()
+
+    def progress(message: str) -> None:
+        stream.write(f"  {message}\n")
+        stream.flush()
+
+    execute_plan(result, progress, _log_dir(), __version__)
+    if any(step.action == "verify" for step in result.steps):
+        return run_verify(Path(result.python), Path(result.prefix), options.quick_verify,
+                          options.plan.as_json, stream)
+    stream.write("Nothing to do.\n")
+    return 0
+
+
+def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
+               out: TextIO | None = None) -> int:
+    from ..verify import calibration, key_results, render_table, run_selftest, write_calibration
+
+    stream = out or sys.stdout
+    report = run_selftest(python, quick)
+    results = key_results(report)
+    data = calibration(results)
+    path = write_calibration(prefix, data)
+    if as_json:
+        stream.write(json.dumps({"report": report, "calibration": data,
+                                 "calibration_path": str(path)}, indent=2) + "\n")
+    else:
+        stream.write(render_table(results))
+        if report.get("error"):
+            stream.write(f"self-test: {report['error']}\n")
+        stream.write(f"calibration written to {path}\n")
+    if report.get("error") or not results:
+        return 1
+    return 0 if any(r.chosen for r in results) else 1

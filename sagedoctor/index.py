@@ -1,0 +1,454 @@
+"""Load and validate `wheels_index.toml`, the curated compatibility index.
+
+The file is treated as hostile: unknown keys, non-https URLs, bad specifiers and wheel names
+that disagree with their own fields are errors that name the file and the entry.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import parse_tag
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import Version
+
+from . import compat
+from .errors import SagedoctorError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib  # type: ignore[import-not-found, no-redef, unused-ignore]
+
+INDEX_SCHEMA_VERSION = 1
+SHIPPED_INDEX = Path(__file__).with_name("wheels_index.toml")
+SHA256_SOURCES = ("third-party", "github-api", "measured")
+
+
+class IndexError_(SagedoctorError):
+    code = "SD903"
+
+    def __init__(self, source: str, where: str, problem: str) -> None:
+        super().__init__(
+            f"{source}: {where}: {problem}" if where else f"{source}: {problem}",
+            "fix that entry, or pass another index with --index FILE "
+            "(docs: index-format.md)",
+        )
+
+
+@dataclass(frozen=True)
+class TritonPair:
+    torch: tuple[int, int]
+    windows: SpecifierSet | None  # triton-windows specifier; None: unknown
+    linux: tuple[int, int] | None  # the triton minor torch pins on Linux
+
+    @property
+    def windows_minor(self) -> tuple[int, int] | None:
+        """The minor a '>=3.6,<3.7' specifier names."""
+        for spec in self.windows or ():
+            if spec.operator == ">=":
+                release = Version(spec.version).release
+                return (release[0], release[1] if len(release) > 1 else 0)
+        return None
+
+
+@dataclass(frozen=True)
+class TritonRules:
+    windows_package: str
+    turing_spec: SpecifierSet
+    windows_unknown: tuple[tuple[int, int], ...]
+    pairs: tuple[TritonPair, ...]
+
+    def pair_for(self, torch_version: str) -> TritonPair | None:
+        minor = compat.minor_of(torch_version)
+        return next((p for p in self.pairs if p.torch == minor), None)
+
+
+@dataclass(frozen=True)
+class WindowsWheel:
+    file: str
+    release: str
+    url: str
+    version: str  # "2.2.0+cu130torch2.10.0andhigher.post6"
+    cuda: str  # "13.0"
+    cuda_major: int
+    torch: SpecifierSet
+    and_higher: bool
+    post: int | None
+    tags: frozenset[str]  # "cp310-abi3-win_amd64", ...
+    python_min: tuple[int, int]
+    sha256: str | None = None
+    sha256_source: str | None = None
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RejectedRef:
+    ref: str
+    commit: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    repository: str
+    commit: str
+    archive: str
+    archs: tuple[str, ...]
+    min_nvcc: dict[str, str] = field(hash=False)
+    build_requires: tuple[str, ...]
+    gib_per_nvcc_thread: float
+    reserve_gib: float
+    archive_sha256: str | None = None
+    rejected: tuple[RejectedRef, ...] = ()
+
+
+@dataclass(frozen=True)
+class LinuxIndex:
+    name: str
+    url: str
+    cuda: str
+    torch: SpecifierSet
+    version: str  # template with {cuda} and {torch} (the torch minor, "2.11")
+
+    def version_for(self, torch_version: str) -> str | None:
+        minor = compat.minor_of(torch_version)
+        if minor is None:
+            return None
+        return self.version.format(cuda=self.cuda, torch=f"{minor[0]}.{minor[1]}")
+
+
+@dataclass(frozen=True)
+class WheelIndex:
+    source: str  # the file it came from
+    updated: str
+    triton: TritonRules
+    release_base: str
+    windows_wheels: tuple[WindowsWheel, ...]
+    windows_archs: tuple[str, ...]
+    windows_archs_cuda_12_8: tuple[str, ...]
+    build: SourceSpec
+    linux_indexes: tuple[LinuxIndex, ...] = ()
+
+    def min_nvcc_for(self, cc: str) -> str:
+        return self.build.min_nvcc.get(cc, "12.0")
+
+
+# --- strict table reading ----------------------------------------------------------------
+
+class _Table:
+    """Reads keys from one TOML table, then rejects whatever was not read."""
+
+    def __init__(self, data: object, where: str, source: str) -> None:
+        if not isinstance(data, dict):
+            raise IndexError_(source, where, "expected a table")
+        self.data: dict[str, Any] = data
+        self.where = where
+        self.source = source
+        self.seen: set[str] = set()
+
+    def fail(self, problem: str) -> IndexError_:
+        return IndexError_(self.source, self.where, problem)
+
+    def _get(self, key: str, kind: type | tuple[type, ...], required: bool) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if required:
+                raise self.fail(f"missing key {key!r}")
+            return None
+        value = self.data[key]
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+            raise self.fail(f"{key!r} has the wrong type ({type(value).__name__})")
+        return value
+
+    def text(self, key: str, required: bool = True) -> Any:
+        return self._get(key, str, required)
+
+    def number(self, key: str) -> float:
+        return float(self._get(key, (int, float), True))
+
+    def texts(self, key: str, required: bool = True) -> tuple[str, ...]:
+        value = self._get(key, list, required)
+        if value is None:
+            return ()
+        if not all(isinstance(v, str) for v in value):
+            raise self.fail(f"{key!r} must be a list of strings")
+        return tuple(value)
+
+    def table(self, key: str, required: bool = True) -> _Table | None:
+        value = self._get(key, dict, required)
+        return None if value is None else _Table(value, f"{self.where}.{key}".lstrip("."),
+                                                 self.source)
+
+    def tables(self, key: str, required: bool = True) -> list[_Table]:
+        value = self._get(key, list, required) or []
+        return [_Table(v, f"{self.where}.{key}[{i}]".lstrip("."), self.source)
+                for i, v in enumerate(value)]
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.seen)
+        if unknown:
+            raise self.fail(f"unknown key(s) {', '.join(unknown)}")
+
+
+def _https(table: _Table, key: str, url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme != "https" or not parts.netloc:
+        raise table.fail(f"{key!r} must be an https URL, got {url!r}")
+    return url
+
+
+def _spec(table: _Table, key: str, text: str) -> SpecifierSet:
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise table.fail(f"{key!r} is not a version specifier: {text!r}") from None
+
+
+def _minor(table: _Table, key: str, text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)\.(\d+)", text)
+    if match is None:
+        raise table.fail(f"{key!r} must be MAJOR.MINOR, got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _cc(table: _Table, key: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        if compat.cc_tuple(value) is None:
+            raise table.fail(f"{key!r}: {value!r} is not a compute capability like 8.9")
+    return values
+
+
+# --- sections ------------------------------------------------------------------------------
+
+def _triton(table: _Table) -> TritonRules:
+    pairs = []
+    for row in table.tables("pairs"):
+        torch = _minor(row, "torch", row.text("torch"))
+        windows = row.text("windows", required=False)
+        linux = row.text("linux", required=False)
+        pairs.append(TritonPair(
+            torch=torch,
+            windows=_spec(row, "windows", windows) if windows is not None else None,
+            linux=_minor(row, "linux", linux) if linux is not None else None,
+        ))
+        row.done()
+    rules = TritonRules(
+        windows_package=table.text("windows_package"),
+        turing_spec=_spec(table, "turing_spec", table.text("turing_spec")),
+        windows_unknown=tuple(_minor(table, "windows_unknown", v)
+                              for v in table.texts("windows_unknown", required=False)),
+        pairs=tuple(pairs),
+    )
+    table.done()
+    return rules
+
+
+def _windows_wheel(row: _Table, release_base: str) -> WindowsWheel:
+    file = row.text("file")
+    row.where = f"{row.where} ({file})"
+    try:
+        name, version, _build, tags = parse_wheel_filename(file)
+    except InvalidWheelFilename as exc:
+        raise row.fail(f"not a wheel file name: {exc}") from None
+    if name != "sageattention":
+        raise row.fail(f"a wheel of {name!r}, not sageattention")
+    label = compat.parse_sage_local(str(version))
+    if label is None:
+        raise row.fail("its version has no cuXXXtorchA.B.C label")
+    tag_names = frozenset(str(t) for t in tags)
+    if not all(t.platform == "win_amd64" for t in tags):
+        raise row.fail("not a win_amd64 wheel")
+    pythons = []
+    for tag in tags:
+        match = re.fullmatch(r"cp3(\d+)", tag.interpreter)
+        if match is None:
+            raise row.fail(f"unexpected interpreter tag {tag.interpreter!r}")
+        pythons.append((3, int(match.group(1))))
+    release = row.text("release")
+    if not re.fullmatch(r"v[\w.\-]+", release):
+        raise row.fail(f"bad release tag {release!r}")
+    torch = _spec(row, "torch", row.text("torch"))
+    built_for = ".".join(map(str, label.torch))
+    if not torch.contains(built_for):
+        raise row.fail(f"torch range {torch} does not contain {built_for}, the torch it names")
+    sha256 = row.text("sha256", required=False)
+    if sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise row.fail("sha256 must be 64 lower-case hex digits")
+    sha256_source = row.text("sha256_source", required=False)
+    if (sha256 is None) != (sha256_source is None):
+        raise row.fail("sha256 and sha256_source come together")
+    if sha256_source is not None and sha256_source not in SHA256_SOURCES:
+        raise row.fail(f"sha256_source must be one of {', '.join(SHA256_SOURCES)}")
+    problems = row.texts("problems", required=False)
+    row.done()
+    major = label.cuda_major
+    cuda_minor = label.cuda_label[len(f"cu{major}"):]
+    return WindowsWheel(
+        file=file, release=release,
+        url=f"{release_base}{release}/{quote(file, safe='')}",
+        version=str(version), cuda=f"{major}.{cuda_minor}", cuda_major=major,
+        torch=torch, and_higher=label.and_higher, post=label.post, tags=tag_names,
+        python_min=min(pythons), sha256=sha256, sha256_source=sha256_source,
+        problems=problems,
+    )
+
+
+def _source(table: _Table) -> SourceSpec:
+    repository = _https(table, "repository", table.text("repository"))
+    commit = table.text("commit")
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        raise table.fail("commit must be a full 40-digit hash")
+    archive = _https(table, "archive", table.text("archive"))
+    archs = _cc(table, "archs", table.texts("archs"))
+    min_table = table.table("min_nvcc")
+    assert min_table is not None
+    min_nvcc: dict[str, str] = {}
+    for cc in _cc(min_table, "min_nvcc", tuple(min_table.data)):
+        value = min_table.text(cc)
+        if compat.parse_version(value) is None:
+            raise min_table.fail(f"{cc}: {value!r} is not a version")
+        min_nvcc[cc] = value
+    min_table.done()
+    rejected = []
+    for row in table.tables("rejected", required=False):
+        rejected.append(RejectedRef(row.text("ref"), row.text("commit"), row.text("reason")))
+        row.done()
+    archive_sha256 = table.text("archive_sha256", required=False)
+    if archive_sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", archive_sha256):
+        raise table.fail("archive_sha256 must be 64 lower-case hex digits")
+    spec = SourceSpec(
+        repository=repository, commit=commit, archive=archive, archs=archs, min_nvcc=min_nvcc,
+        build_requires=table.texts("build_requires"),
+        gib_per_nvcc_thread=table.number("gib_per_nvcc_thread"),
+        reserve_gib=table.number("reserve_gib"),
+        archive_sha256=archive_sha256,
+        rejected=tuple(rejected),
+    )
+    if spec.gib_per_nvcc_thread <= 0 or spec.reserve_gib < 0:
+        raise table.fail("gib_per_nvcc_thread must be > 0 and reserve_gib >= 0")
+    if any(r.commit.startswith(commit[:7]) or commit.startswith(r.commit[:7])
+           for r in spec.rejected):
+        raise table.fail("the pinned commit is one of the rejected ones")
+    table.done()
+    return spec
+
+
+def _linux_index(row: _Table) -> LinuxIndex:
+    entry = LinuxIndex(
+        name=row.text("name"),
+        url=_https(row, "url", row.text("url")),
+        cuda=row.text("cuda"),
+        torch=_spec(row, "torch", row.text("torch")),
+        version=row.text("version"),
+    )
+    _minor(row, "cuda", entry.cuda)
+    try:
+        Version(entry.version.format(cuda="12.8", torch="2.10"))
+    except (KeyError, IndexError, ValueError):
+        raise row.fail(f"'version' template {entry.version!r} does not make a version") from None
+    row.done()
+    return entry
+
+
+def parse_index(data: object, source: str) -> WheelIndex:
+    top = _Table(data, "", source)
+    version = top._get("schema_version", int, True)
+    if version != INDEX_SCHEMA_VERSION:
+        raise top.fail(f"schema_version {version} is not supported "
+                       f"(this sagedoctor reads {INDEX_SCHEMA_VERSION})")
+    meta = top.table("meta")
+    assert meta is not None
+    updated = meta.text("updated")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", updated):
+        raise meta.fail("updated must be YYYY-MM-DD")
+    meta.done()
+    triton_table = top.table("triton")
+    assert triton_table is not None
+    windows = top.table("windows")
+    assert windows is not None
+    release_base = _https(windows, "release_base", windows.text("release_base"))
+    if not release_base.endswith("/"):
+        raise windows.fail("release_base must end with '/'")
+    wheels = tuple(_windows_wheel(row, release_base) for row in windows.tables("wheels"))
+    files = [w.file for w in wheels]
+    if len(set(files)) != len(files):
+        raise windows.fail("a wheel is listed twice")
+    archs = windows.table("archs")
+    assert archs is not None
+    windows_archs = _cc(archs, "all", archs.texts("all"))
+    cuda_12_8 = _cc(archs, "cuda_12_8", archs.texts("cuda_12_8"))
+    archs.done()
+    windows.done()
+    source_table = top.table("source")
+    assert source_table is not None
+    index = WheelIndex(
+        source=source, updated=updated, triton=_triton(triton_table),
+        release_base=release_base, windows_wheels=wheels, windows_archs=windows_archs,
+        windows_archs_cuda_12_8=cuda_12_8, build=_source(source_table),
+        linux_indexes=tuple(_linux_index(row)
+                            for row in top.tables("linux_indexes", required=False)),
+    )
+    top.done()
+    return index
+
+
+def load_index_file(path: Path) -> WheelIndex:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise IndexError_(str(path), "file", f"cannot read it: {exc.strerror or exc}") from exc
+    return parse_index(parse_toml(text, str(path)), str(path))
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+        return data
+    except tomllib.TOMLDecodeError as exc:
+        raise IndexError_(source, "file", f"not valid TOML: {exc}") from exc
+
+
+def user_index_path() -> Path:
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("sagedoctor", appauthor=False)) / "wheels_index.toml"
+
+
+def load_index(path: Path | None = None) -> WheelIndex:
+    """`--index FILE` if given; else the newer of the refreshed copy and the shipped one."""
+    if path is not None:
+        return load_index_file(path)
+    shipped = load_index_file(SHIPPED_INDEX)
+    refreshed = user_index_path()
+    if refreshed.is_file():
+        user = load_index_file(refreshed)
+        if user.updated >= shipped.updated:
+            return user
+    return shipped
+
+
+_SHIPPED: list[WheelIndex] = []
+
+
+def shipped_index() -> WheelIndex:
+    """The index inside the package, loaded once (check uses it for the triton pairing)."""
+    if not _SHIPPED:
+        _SHIPPED.append(load_index_file(SHIPPED_INDEX))
+    return _SHIPPED[0]
+
+
+def wheel_supported_by(wheel: WindowsWheel, target_tags: tuple[str, ...]) -> bool:
+    """The wheel installs on an interpreter with these tags (the packaging way: tag overlap)."""
+    return any(tag in wheel.tags for tag in target_tags)
+
+
+def expand_tags(tags: tuple[str, ...]) -> tuple[str, ...]:
+    """Compressed tags ('cp39.cp310-abi3-win_amd64') as single tags."""
+    return tuple(str(t) for text in tags for t in parse_tag(text))

@@ -1,0 +1,230 @@
+"""`sagedoctor index refresh`: read the fork's releases from the GitHub API and write an
+updated index to the user's config folder (never the shipped file).
+
+The API answer is hostile input: only assets whose name is a SageAttention win_amd64 wheel and
+whose URL is exactly the release download URL are taken; digests must look like sha256.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from packaging.specifiers import SpecifierSet
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from . import compat
+from .errors import SagedoctorError
+from .index import (
+    WheelIndex,
+    WindowsWheel,
+    _Table,
+    _windows_wheel,
+    load_index_file,
+    parse_index,
+    parse_toml,
+)
+
+GITHUB_API = "https://api.github.com"
+RELEASES_PATH = "/repos/woct0rdho/SageAttention/releases"
+MAX_PAGES = 10
+
+
+class RefreshError(SagedoctorError):
+    code = "SD904"
+
+
+def _check_api(api: str) -> str:
+    parts = urlsplit(api)
+    # Plain http only for a server on this machine (tests, a local mirror).
+    if parts.scheme == "https" or (parts.scheme == "http"
+                                   and parts.hostname in ("127.0.0.1", "localhost", "::1")):
+        return api.rstrip("/")
+    raise RefreshError(f"{api}: the API must be https", "pass an https URL with --api")
+
+
+def fetch_releases(api: str = GITHUB_API, timeout: float = 30.0) -> list[Any]:
+    import httpx
+
+    base = _check_api(api)
+    headers = {"Accept": "application/vnd.github+json", "User-Agent": "sagedoctor"}
+    token = os.environ.get("GITHUB_TOKEN")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    releases: list[Any] = []
+    url: str | None = f"{base}{RELEASES_PATH}?per_page=100"
+    pages = 0
+    with httpx.Client(timeout=timeout, headers=headers, follow_redirects=False) as client:
+        while url and pages < MAX_PAGES:
+            try:
+                response = client.get(url)
+            except httpx.HTTPError as exc:
+                raise RefreshError(f"GitHub API: {exc}", "check the network, or set "
+                                   "GITHUB_TOKEN if you hit the rate limit") from exc
+            if response.status_code != 200:
+                raise RefreshError(f"GitHub API answered HTTP {response.status_code} for {url}",
+                                   "set GITHUB_TOKEN if this is the rate limit (403)")
+            try:
+                page = response.json()
+            except json.JSONDecodeError as exc:
+                raise RefreshError("GitHub API answered something that is not JSON", "") \
+                    from exc
+            if not isinstance(page, list):
+                raise RefreshError("GitHub API answer is not a list of releases", "")
+            releases += page
+            pages += 1
+            next_link = response.links.get("next", {}).get("url")
+            url = next_link if next_link and next_link.startswith(base) else None
+    return releases
+
+
+def _torch_range(file: str) -> str | None:
+    try:
+        _name, version, _build, _tags = parse_wheel_filename(file)
+    except InvalidWheelFilename:
+        return None
+    label = compat.parse_sage_local(str(version))
+    if label is None:
+        return None
+    major, minor, _patch = label.torch
+    return f">={major}.{minor}" if label.and_higher else f">={major}.{minor},<{major}.{minor + 1}"
+
+
+def wheels_from_releases(releases: list[Any], index: WheelIndex) -> tuple[list[WindowsWheel],
+                                                                          list[str]]:
+    """Wheels the API lists, each checked like an index entry, and what was skipped."""
+    out: list[WindowsWheel] = []
+    skipped: list[str] = []
+    problems_by_release = {w.release: w.problems for w in index.windows_wheels if w.problems}
+    for release in releases:
+        if not isinstance(release, dict) or not isinstance(release.get("tag_name"), str):
+            skipped.append("a release without a tag name")
+            continue
+        tag = release["tag_name"]
+        if release.get("draft") is True:
+            continue
+        for asset in release.get("assets") or []:
+            if not isinstance(asset, dict) or not isinstance(asset.get("name"), str):
+                continue
+            name = asset["name"]
+            if not (name.startswith("sageattention-") and name.endswith("-win_amd64.whl")):
+                continue
+            expected_url = f"{index.release_base}{tag}/{quote(name, safe='')}"
+            url = asset.get("browser_download_url")
+            if not isinstance(url, str) or url.replace("+", "%2B") != expected_url:
+                skipped.append(f"{name}: unexpected download URL {url!r:.120}")
+                continue
+            torch_range = _torch_range(name)
+            if torch_range is None:
+                skipped.append(f"{name}: no cuXXXtorchA.B.C label")
+                continue
+            entry: dict[str, Any] = {"file": name, "release": tag, "torch": torch_range}
+            digest = asset.get("digest")
+            if isinstance(digest, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+                entry.update(sha256=digest.split(":", 1)[1], sha256_source="github-api")
+            if tag in problems_by_release:
+                entry["problems"] = list(problems_by_release[tag])
+            try:
+                out.append(_windows_wheel(_Table(entry, f"release {tag}", "GitHub API"),
+                                          index.release_base))
+            except SagedoctorError as exc:
+                skipped.append(f"{name}: {exc.message}")
+    return out, skipped
+
+
+def merge_wheels(index: WheelIndex, found: list[WindowsWheel]) -> tuple[WheelIndex, list[str]]:
+    """Known wheels keep their curated torch range and problems and gain GitHub's digest;
+    new ones are added. A third-party digest that GitHub contradicts is replaced, and said."""
+    notes: list[str] = []
+    by_file = {w.file: w for w in index.windows_wheels}
+    merged = dict(by_file)
+    for wheel in found:
+        known = by_file.get(wheel.file)
+        if known is None:
+            merged[wheel.file] = wheel
+            notes.append(f"new: {wheel.file}")
+            continue
+        if wheel.sha256 and known.sha256 and known.sha256 != wheel.sha256:
+            notes.append(f"{wheel.file}: the {known.sha256_source} digest {known.sha256[:12]}… "
+                         f"differs from GitHub's {wheel.sha256[:12]}…; GitHub's is kept")
+        if wheel.sha256:
+            merged[wheel.file] = replace(known, sha256=wheel.sha256, sha256_source="github-api")
+    return replace(index, windows_wheels=tuple(merged.values())), notes
+
+
+# --- writing an index back as TOML -----------------------------------------------------------
+
+def _q(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)  # a JSON string is a TOML basic string
+
+
+def _spec(spec: SpecifierSet) -> str:
+    return ",".join(sorted((str(s) for s in spec), key=lambda s: (not s.startswith(">"), s)))
+
+
+def _list(items: tuple[str, ...] | list[str]) -> str:
+    return "[" + ", ".join(_q(i) for i in items) + "]"
+
+
+def dump_index(index: WheelIndex, updated: str) -> str:
+    lines = ["# Written by `sagedoctor index refresh`; the shipped index is the template.",
+             "schema_version = 1", "", "[meta]", f"updated = {_q(updated)}", "", "[triton]",
+             f"windows_package = {_q(index.triton.windows_package)}",
+             f"turing_spec = {_q(_spec(index.triton.turing_spec))}",
+             "windows_unknown = " + _list([f"{a}.{b}" for a, b in index.triton.windows_unknown])]
+    for pair in index.triton.pairs:
+        lines += ["", "[[triton.pairs]]", f"torch = {_q(f'{pair.torch[0]}.{pair.torch[1]}')}"]
+        if pair.windows is not None:
+            lines.append(f"windows = {_q(_spec(pair.windows))}")
+        if pair.linux is not None:
+            lines.append(f"linux = {_q(f'{pair.linux[0]}.{pair.linux[1]}')}")
+    lines += ["", "[windows]", f"release_base = {_q(index.release_base)}"]
+    for wheel in index.windows_wheels:
+        lines += ["", "[[windows.wheels]]", f"file = {_q(wheel.file)}",
+                  f"release = {_q(wheel.release)}", f"torch = {_q(_spec(wheel.torch))}"]
+        if wheel.sha256:
+            lines += [f"sha256 = {_q(wheel.sha256)}",
+                      f"sha256_source = {_q(wheel.sha256_source or '')}"]
+        if wheel.problems:
+            lines.append(f"problems = {_list(wheel.problems)}")
+    build = index.build
+    lines += ["", "[windows.archs]", f"all = {_list(index.windows_archs)}",
+              f"cuda_12_8 = {_list(index.windows_archs_cuda_12_8)}", "", "[source]",
+              f"repository = {_q(build.repository)}", f"commit = {_q(build.commit)}",
+              f"archive = {_q(build.archive)}", f"archs = {_list(build.archs)}",
+              f"build_requires = {_list(build.build_requires)}",
+              f"gib_per_nvcc_thread = {build.gib_per_nvcc_thread!r}",
+              f"reserve_gib = {build.reserve_gib!r}"]
+    if build.archive_sha256:
+        lines.append(f"archive_sha256 = {_q(build.archive_sha256)}")
+    lines += ["", "[source.min_nvcc]"] + [f"{_q(cc)} = {_q(v)}" for cc, v in
+                                          build.min_nvcc.items()]
+    for ref in build.rejected:
+        lines += ["", "[[source.rejected]]", f"ref = {_q(ref.ref)}", f"commit = {_q(ref.commit)}",
+                  f"reason = {_q(ref.reason)}"]
+    for entry in index.linux_indexes:
+        lines += ["", "[[linux_indexes]]", f"name = {_q(entry.name)}", f"url = {_q(entry.url)}",
+                  f"cuda = {_q(entry.cuda)}", f"torch = {_q(_spec(entry.torch))}",
+                  f"version = {_q(entry.version)}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_index(index: WheelIndex, path: Path, updated: str) -> None:
+    """Write atomically, and only what loads back as a valid index."""
+    text = dump_index(index, updated)
+    parse_index(parse_toml(text, str(path)), str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    load_index_file(path)
+
+
+def today() -> str:
+    return _dt.date.today().isoformat()

@@ -1,0 +1,1 @@
+"""Carrying out a Plan: package installs, downloads, source builds, the runtime bundle."""

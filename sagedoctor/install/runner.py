@@ -1,0 +1,72 @@
+"""Package operations in the target venv: uv where it exists, else the venv's own pip.
+
+Every call installs with --no-deps, so nothing but the named distributions changes.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SagedoctorError
+from ..proc import run_tool
+
+
+class InstallError(SagedoctorError):
+    code = "SD910"
+
+
+def _uv() -> str | None:
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except Exception:
+        return shutil.which("uv")
+
+
+@dataclass(frozen=True)
+class Installer:
+    python: Path
+    uv: str | None
+
+    @classmethod
+    def for_target(cls, python: Path) -> Installer:
+        return cls(python, _uv())
+
+    def _pip(self, *args: str) -> list[str]:
+        if self.uv:
+            return [self.uv, "pip", *args, "--python", str(self.python)]
+        return [str(self.python), "-m", "pip", *args, "--disable-pip-version-check"]
+
+    def _run(self, argv: list[str], what: str, timeout: float = 900) -> None:
+        result = run_tool(argv, timeout=timeout)
+        if result.returncode != 0:
+            tail = (result.stderr or result.stdout or "").strip().splitlines()[-8:]
+            raise InstallError(f"{what} failed (exit {result.returncode}): " + " | ".join(tail),
+                               "run with -v for the full log; the venv was not changed by "
+                               "this step")
+
+    def install(self, requirements: list[str], *, index_url: str | None = None,
+                reinstall: bool = False) -> None:
+        args = ["install", "--no-deps"]
+        if reinstall:
+            args.append("--reinstall" if self.uv else "--force-reinstall")
+        if index_url:
+            args += ["--index-url", index_url]
+        self._run(self._pip(*args, *requirements), f"installing {' '.join(requirements)}")
+
+    def uninstall(self, names: list[str]) -> None:
+        args = ["uninstall"] if self.uv else ["uninstall", "-y"]
+        self._run(self._pip(*args, *names), f"uninstalling {' '.join(names)}")
+
+    def install_into(self, folder: Path, requirements: list[str]) -> None:
+        """Build tools into a private folder (on PYTHONPATH for the build), not the venv."""
+        if self.uv:
+            argv = [self.uv, "pip", "install", "--target", str(folder), "--python",
+                    str(self.python), *requirements]
+        else:
+            argv = [str(self.python), "-m", "pip", "install", "--target", str(folder),
+                    "--disable-pip-version-check", *requirements]
+        self._run(argv, f"installing build tools {' '.join(requirements)}")

@@ -1,0 +1,115 @@
+"""Building SageAttention from a source folder with the target venv's own torch.
+
+The build runs the PEP 517 backend in the target interpreter (torch must be importable at
+build time: upstream's setup.py imports it, so build isolation cannot work), on a copy of the
+source, with the plan's environment. The venv is not touched until a wheel exists.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from ..resolve import BuildSettings
+from .runner import Installer, InstallError
+
+_BUILD_SCRIPT = (
+    "import sys\n"
+    "from setuptools import build_meta\n"
+    "print('SAGEDOCTOR_WHEEL=' + build_meta.build_wheel(sys.argv[1]), flush=True)\n"
+)
+_CHECK_TOOLS = "import setuptools, wheel, packaging\n"
+# Inherited values that would change what is built; the plan sets its own.
+_SCRUB = ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "EXT_PARALLEL", "NVCC_APPEND_FLAGS",
+          "SAGEATTN_SKIP_CUDA_BUILD", "PYTHONPATH")
+
+Progress = Callable[[str], None]
+
+
+def build_environment(base: Mapping[str, str], settings: BuildSettings,
+                      tools_dir: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if k not in _SCRUB}
+    env.update(dict(settings.env))
+    cuda_bin = str(Path(settings.cuda_home) / "bin")
+    env["PATH"] = cuda_bin + os.pathsep + env.get("PATH", "")
+    if tools_dir is not None:
+        env["PYTHONPATH"] = str(tools_dir)
+    return env
+
+
+def _tools_present(python: Path) -> bool:
+    done = subprocess.run([str(python), "-c", _CHECK_TOOLS], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
+                log_path: Path, progress: Progress, installer: Installer) -> Path:
+    """Build a wheel from `source` into `work`; returns its path. Raises InstallError."""
+    if not (source / "setup.py").is_file():
+        raise InstallError(f"{source} has no setup.py", "pass a SageAttention source folder")
+    tree = work / "src"
+    shutil.copytree(source, tree, ignore=shutil.ignore_patterns("build", "*.egg-info", ".git"))
+    tools_dir = None
+    if not _tools_present(python):
+        tools_dir = work / "build-tools"
+        progress(f"installing build tools into {tools_dir} (not into the venv)")
+        installer.install_into(tools_dir, list(settings.build_requires))
+    out_dir = work / "wheel"
+    out_dir.mkdir()
+    env = build_environment(os.environ, settings, tools_dir)
+    progress("building: " + " ".join(f"{k}={v}" for k, v in settings.env)
+             + f" (log: {log_path})")
+    started = time.monotonic()
+    with log_path.open("w", encoding="utf-8") as log:
+        proc = subprocess.Popen(
+            [str(python), "-c", _BUILD_SCRIPT, str(out_dir)], cwd=tree, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=sys.platform != "win32")
+        assert proc.stdout is not None
+        wheel_name = None
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            while not stop.wait(30):
+                progress(f"still building ({time.monotonic() - started:.0f} s)")
+
+        ticker = threading.Thread(target=heartbeat, daemon=True)
+        ticker.start()
+        try:
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", errors="replace")
+                log.write(line)
+                if line.startswith("SAGEDOCTOR_WHEEL="):
+                    wheel_name = line.split("=", 1)[1].strip()
+            code = proc.wait()
+        except BaseException:
+            _kill(proc)
+            raise
+        finally:
+            stop.set()
+    elapsed = time.monotonic() - started
+    if code != 0 or wheel_name is None:
+        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-6:]
+        raise InstallError(f"the build failed after {elapsed:.0f} s (exit {code}): "
+                           + " | ".join(tail),
+                           f"read {log_path}; the venv was not changed")
+    progress(f"built {wheel_name} in {elapsed:.0f} s")
+    return out_dir / wheel_name
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        if sys.platform == "win32":
+            proc.kill()
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()

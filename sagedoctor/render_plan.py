@@ -1,0 +1,81 @@
+"""Plan (or the findings that block it) -> text and JSON. One renderer for `plan`,
+`install --dry-run` and the install report, so what is shown is what is done."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from .diagnose import exit_code
+from .resolve import Blocked, Plan, Step
+
+PLAN_SCHEMA_VERSION = 1
+
+
+def step_dict(step: Step) -> dict[str, Any]:
+    data = asdict(step)
+    if step.build is not None:
+        data["build"]["env"] = dict(step.build.env)
+    data["config"] = dict(step.config)
+    return data
+
+
+def plan_dict(result: Plan | Blocked, index_source: str) -> dict[str, Any]:
+    if isinstance(result, Blocked):
+        return {"schema_version": PLAN_SCHEMA_VERSION, "status": "blocked",
+                "index": index_source, "exit_code": plan_exit_code(result),
+                "findings": [asdict(f) for f in result.findings], "plan": None}
+    return {
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "status": "plan" if result.steps else "nothing-to-do",
+        "index": index_source, "exit_code": 0, "findings": [],
+        "plan": {"python": result.python, "prefix": result.prefix, "os": result.os,
+                 "steps": [step_dict(s) for s in result.steps], "notes": list(result.notes)},
+    }
+
+
+def plan_exit_code(result: Plan | Blocked) -> int:
+    """0: a plan (or nothing to do); 1: blocked by something fixable; 2: cannot work here."""
+    return exit_code(result.findings) or 1 if isinstance(result, Blocked) else 0
+
+
+def render_plan_json(result: Plan | Blocked, index_source: str) -> str:
+    return json.dumps(plan_dict(result, index_source), indent=2, ensure_ascii=False) + "\n"
+
+
+def render_plan_text(result: Plan | Blocked, *, header: str = "") -> str:
+    lines = [header] if header else []
+    if isinstance(result, Blocked):
+        lines.append("No plan: fix these first.")
+        for f in result.findings:
+            lines.append(f"  x {f.code} {f.title}" + (f": {f.detail}" if f.detail else ""))
+            if f.fix:
+                lines.append(f"      fix: {f.fix}")
+        return "\n".join(lines) + "\n"
+    if not result.steps:
+        lines.append(f"Nothing to do: SageAttention in {result.prefix} already matches this "
+                     "machine. `sagedoctor verify` proves it on the GPU.")
+    else:
+        lines.append(f"Plan for {result.prefix} ({result.os}), {len(result.steps)} steps; "
+                     "torch is never changed:")
+    for number, step in enumerate(result.steps, 1):
+        lines.append(f"  {number}. {step.title}")
+        lines.append(f"     why: {step.reason}")
+        if step.wheel is not None:
+            digest = (f"sha256 {step.wheel.sha256} ({step.wheel.sha256_source})"
+                      if step.wheel.sha256 else "sha256 unknown")
+            lines.append(f"     from: {step.wheel.url}")
+            lines.append(f"     {digest}")
+        if step.index_url:
+            lines.append(f"     index: {step.index_url}")
+        if step.build is not None:
+            label = "fallback build" if step.action == "install-from-index" else "source"
+            lines.append(f"     {label}: {step.build.source}")
+            lines.append("     env: " + " ".join(f"{k}={v!r}" if " " in v else f"{k}={v}"
+                                                 for k, v in step.build.env))
+        for path in step.paths:
+            lines.append(f"     path: {path}")
+    for note in result.notes:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,223 @@
+"""Self-test, run inside the target venv: `python -m <runtime>.selftest --json`.
+
+Per GPU x dtype x head size: every kernel the registry offers is checked against SDPA (normal
+and outlier inputs), the router's choice is timed against SDPA over a sweep of sequence
+lengths, and the crossover (the shortest length from which the kernel keeps winning) is
+reported. Also: what `sageattn()` itself would pick, and whether that is correct.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from .accuracy import Comparison, Thresholds, compare
+from .registry import KernelRegistry, KernelSpec, default_registry
+
+SELFTEST_SCHEMA_VERSION = 1
+CHECK_SHAPE = (1, 8, 4096)  # batch, heads, tokens for the correctness checks
+SWEEP = (1024, 2048, 4096, 6144, 8192, 12288, 16384, 24576, 32768)
+SWEEP_HEADS = {64: 20, 128: 24}  # SDXL-like and Flux-like head counts
+QUICK_SWEEP = (1024, 4096, 16384)
+SAGE_MODULES = ("_fused", "_qattn_sm80", "_qattn_sm89", "_qattn_sm90")
+
+
+def _modules() -> dict[str, str]:
+    """Each compiled SageAttention module: 'ok' or the import error."""
+    out = {}
+    for name in SAGE_MODULES:
+        try:
+            importlib.import_module(f"sageattention.{name}")
+            out[name] = "ok"
+        except Exception as exc:  # report, never raise: this is a diagnosis
+            out[name] = f"{type(exc).__name__}: {exc}"[:300]
+    return out
+
+
+def _inputs(torch: Any, device: Any, dtype: Any, shape: tuple[int, int, int], d: int,
+            outlier: bool, seed: int = 0) -> tuple[Any, Any, Any]:
+    generator = torch.Generator(device=device).manual_seed(seed)
+    b, h, s = shape
+    q, k, v = (torch.randn(b, h, s, d, device=device, dtype=torch.float32, generator=generator)
+               for _ in range(3))
+    if outlier:
+        # Large magnitudes and a shared K offset: what overflows int8/fp8 quantisation and
+        # gives the black images users report.
+        q = q * 8
+        k = k * 8 + 20
+        v = v * 50
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def _time(fn: Callable[[], Any], sync: Callable[[], None], reps: int) -> float:
+    fn()
+    sync()
+    samples = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        fn()
+        sync()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def _check(fn: Callable[..., Any], sdpa: Callable[..., Any], q: Any, k: Any, v: Any,
+           torch: Any) -> Comparison | str:
+    try:
+        with torch.cuda.device(q.device):
+            out = fn(q, k, v, is_causal=False, scale=None)
+        reference = sdpa(q.float(), k.float(), v.float()).to(q.dtype)
+        return compare(out, reference)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _describe(result: Comparison | str, thresholds: Thresholds) -> dict[str, Any]:
+    if isinstance(result, str):
+        return {"passed": False, "error": result}
+    return {"passed": result.passes(thresholds), "cosine": round(result.cosine, 6),
+            "rel_l2": round(result.rel_l2, 6), "finite": result.finite}
+
+
+def _sageattn_auto(torch: Any, device: Any, dtype: Any, d: int, thresholds: Thresholds,
+                   sdpa: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        from sageattention import sageattn
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    q, k, v = _inputs(torch, device, dtype, CHECK_SHAPE, d, outlier=False)
+
+    def auto(q: Any, k: Any, v: Any, *, is_causal: bool, scale: float | None) -> Any:
+        return sageattn(q, k, v, tensor_layout="HND", is_causal=is_causal, sm_scale=scale)
+
+    return _describe(_check(auto, sdpa, q, k, v, torch), thresholds)
+
+
+def crossover(points: list[tuple[int, float, float]]) -> int | None:
+    """Shortest length from which the kernel is faster at every longer length measured."""
+    best = None
+    for tokens, kernel_s, sdpa_s in sorted(points, reverse=True):
+        if kernel_s < sdpa_s:
+            best = tokens
+        else:
+            break
+    return best
+
+
+def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds | None = None,
+                 dtypes: tuple[str, ...] = ("bfloat16", "float16"),
+                 head_dims: tuple[int, ...] = (64, 128), sweep: tuple[int, ...] = SWEEP,
+                 reps: int = 5) -> dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+
+    registry = registry or default_registry()
+    thresholds = thresholds or Thresholds.from_env()
+    sdpa = F.scaled_dot_product_attention
+    report: dict[str, Any] = {
+        "schema_version": SELFTEST_SCHEMA_VERSION,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "thresholds": {"min_cosine": thresholds.min_cosine, "max_rel_l2": thresholds.max_rel_l2},
+        "gpus": [],
+    }
+    try:
+        from importlib import metadata
+
+        report["sageattention"] = metadata.version("sageattention")
+    except Exception:
+        report["sageattention"] = None
+    try:
+        import sageattention  # noqa: F401
+
+        report["import"] = "ok"
+    except Exception as exc:
+        report["import"] = f"{type(exc).__name__}: {exc}"[:300]
+    report["modules"] = _modules()
+    if not torch.cuda.is_available():
+        report["error"] = "torch sees no CUDA GPU"
+        return report
+    for index in range(torch.cuda.device_count()):
+        device = torch.device("cuda", index)
+        major, minor = torch.cuda.get_device_capability(device)
+        arch = (int(major), int(minor))
+        gpu: dict[str, Any] = {"index": index, "name": torch.cuda.get_device_name(device),
+                               "arch": f"{major}.{minor}", "keys": []}
+        sync = lambda device=device: torch.cuda.synchronize(device)  # noqa: E731
+        for dtype_name in dtypes:
+            dtype = getattr(torch, dtype_name)
+            for d in head_dims:
+                gpu["keys"].append(_test_key(torch, registry, thresholds, sdpa, sync, device,
+                                             arch, dtype_name, dtype, d, sweep, reps))
+        report["gpus"].append(gpu)
+    return report
+
+
+def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
+              sdpa: Callable[..., Any], sync: Callable[[], None], device: Any,
+              arch: tuple[int, int], dtype_name: str, dtype: Any, d: int,
+              sweep: tuple[int, ...], reps: int) -> dict[str, Any]:
+    key: dict[str, Any] = {"dtype": dtype_name, "head_dim": d, "kernels": [], "chosen": None,
+                           "sweep": [], "crossover": None,
+                           "sageattn_auto": _sageattn_auto(torch, device, dtype, d, thresholds,
+                                                           sdpa)}
+    normal = _inputs(torch, device, dtype, CHECK_SHAPE, d, outlier=False)
+    outlier = _inputs(torch, device, dtype, CHECK_SHAPE, d, outlier=True, seed=1)
+    chosen: tuple[KernelSpec, Callable[..., Any]] | None = None
+    for spec in registry.candidates("cuda", arch, dtype_name, d):
+        entry: dict[str, Any] = {"name": spec.name, "label": spec.label}
+        try:
+            fn = registry.load(spec)
+        except Exception as exc:
+            entry.update(passed=False, error=f"{type(exc).__name__}: {exc}"[:300])
+            key["kernels"].append(entry)
+            continue
+        entry["normal"] = _describe(_check(fn, sdpa, *normal, torch), thresholds)
+        entry["outlier"] = _describe(_check(fn, sdpa, *outlier, torch), thresholds)
+        # The router decides on the call's own inputs; outliers are reported, not required.
+        entry["passed"] = entry["normal"]["passed"]
+        key["kernels"].append(entry)
+        if entry["passed"] and chosen is None:
+            chosen = (spec, fn)
+            key["chosen"] = spec.name
+    if chosen is None:
+        return key
+    spec, fn = chosen
+    heads = SWEEP_HEADS.get(d, 16)
+    points = []
+    for tokens in sweep:
+        qkv = _inputs(torch, device, dtype, (1, heads, tokens), d, outlier=False)
+        with torch.cuda.device(device):
+            kernel_s = _time(partial(fn, *qkv, is_causal=False, scale=None), sync, reps)
+        sdpa_s = _time(partial(sdpa, *qkv), sync, reps)
+        points.append((tokens, kernel_s, sdpa_s))
+        key["sweep"].append({"tokens": tokens, "kernel_ms": round(kernel_s * 1e3, 4),
+                             "sdpa_ms": round(sdpa_s * 1e3, 4),
+                             "speedup": round(sdpa_s / kernel_s, 3)})
+    key["crossover"] = crossover(points)
+    return key
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="selftest")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="a short sweep")
+    args = parser.parse_args(argv)
+    report = run_selftest(sweep=QUICK_SWEEP if args.quick else SWEEP)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

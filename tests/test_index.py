@@ -1,0 +1,232 @@
+"""The index: strict loading, the pairings it encodes, precedence of a refreshed copy, and
+`index refresh` against recorded GitHub API answers served by a real local HTTP server."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from sagedoctor.index import (
+    SHIPPED_INDEX,
+    IndexError_,
+    load_index,
+    load_index_file,
+    parse_index,
+    parse_toml,
+    shipped_index,
+)
+from sagedoctor.index_refresh import dump_index
+from tests.standins import clean_env, run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def shipped_data() -> dict[str, Any]:
+    return parse_toml(SHIPPED_INDEX.read_text(encoding="utf-8"), "shipped")
+
+
+def test_shipped_index_loads_with_every_wheel_of_the_facts() -> None:
+    index = shipped_index()
+    assert len(index.windows_wheels) == 14
+    post6 = [w for w in index.windows_wheels if w.post == 6]
+    assert len(post6) == 4 and all(w.sha256_source == "third-party" for w in post6)
+    assert all(w.url.startswith("https://github.com/woct0rdho/SageAttention/releases/download/")
+               and "%2B" in w.url for w in index.windows_wheels)
+    post5 = [w for w in index.windows_wheels if w.post == 5]
+    assert post5 and all(w.problems for w in post5)
+    assert index.build.commit.startswith("d1a57a5")
+    assert [r.ref for r in index.build.rejected] == ["v2.2.0"]
+
+
+@pytest.mark.parametrize(("torch", "windows", "linux"), [
+    ("2.4.1", ">=3.1,<3.2", (3, 0)), ("2.6.0", ">=3.2,<3.3", (3, 2)),
+    ("2.7.1+cu128", ">=3.3,<3.4", (3, 3)), ("2.10.0", ">=3.6,<3.7", (3, 6)),
+    ("2.11.0", ">=3.6,<3.7", (3, 6)), ("2.12.1", ">=3.7,<3.8", (3, 7)),
+    ("2.13.0", ">=3.7,<3.8", (3, 7)), ("2.14.0", None, (3, 8)),
+])
+def test_triton_pairing(torch: str, windows: str | None, linux: tuple[int, int]) -> None:
+    pair = shipped_index().triton.pair_for(torch)
+    assert pair is not None
+    assert (str(pair.windows) if pair.windows else None) == (
+        ",".join(sorted(windows.split(","))) if windows else None)
+    assert pair.linux == linux
+
+
+@pytest.mark.parametrize("torch", ["2.3.1", "2.99.0", "garbage"])
+def test_no_pairing_for_unknown_torch(torch: str) -> None:
+    assert shipped_index().triton.pair_for(torch) is None
+
+
+@pytest.mark.parametrize(("cc", "nvcc"), [("8.0", "12.0"), ("8.6", "12.0"), ("8.9", "12.4"),
+                                          ("9.0", "12.3"), ("12.0", "12.8"), ("7.5", "12.0")])
+def test_min_nvcc_per_arch(cc: str, nvcc: str) -> None:
+    assert shipped_index().min_nvcc_for(cc) == nvcc
+
+
+def _wheel(data: dict[str, Any], i: int = 0) -> dict[str, Any]:
+    return data["windows"]["wheels"][i]
+
+
+BAD: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("unknown top key", lambda d: d.update(extra=1), "unknown key(s) extra"),
+    ("unknown wheel key", lambda d: _wheel(d).update(colour="red"),
+     r"windows.wheels\[0\] \(sageattention-2.2.0\+cu124.*unknown key\(s\) colour"),
+    ("http release base", lambda d: d["windows"].update(release_base="http://x.org/"),
+     "must be an https URL"),
+    ("bad specifier", lambda d: _wheel(d).update(torch="~=banana"), "not a version specifier"),
+    ("torch range misses the wheel's own torch", lambda d: _wheel(d).update(torch=">=2.6"),
+     "does not contain 2.5.1"),
+    ("not a wheel name", lambda d: _wheel(d).update(file="sageattention.zip"),
+     "not a wheel file name"),
+    ("another package", lambda d: _wheel(d).update(file="torch-2.5.1-cp39-abi3-win_amd64.whl"),
+     "a wheel of 'torch'"),
+    ("linux wheel", lambda d: _wheel(d).update(
+        file="sageattention-2.2.0+cu124torch2.5.1.post3-cp39-abi3-linux_x86_64.whl"),
+     "not a win_amd64 wheel"),
+    ("short digest", lambda d: _wheel(d).update(sha256="abc"), "64 lower-case hex"),
+    ("digest without source", lambda d: _wheel(d).pop("sha256_source"), "come together"),
+    ("twice", lambda d: d["windows"]["wheels"].append(dict(_wheel(d))), "listed twice"),
+    ("short commit", lambda d: d["source"].update(commit="d1a57a5"), "full 40-digit"),
+    ("rejected commit pinned", lambda d: d["source"].update(
+        commit="eb615cf6cf4d221338033340ee2de1c37fbdba4a"), "one of the rejected"),
+    ("bad arch", lambda d: d["source"].update(archs=["sm90"]), "not a compute capability"),
+    ("newer schema", lambda d: d.update(schema_version=2), "schema_version 2 is not supported"),
+    ("wrong type", lambda d: d["triton"].update(turing_spec=3), "wrong type"),
+    ("bad index template", lambda d: d["linux_indexes"][0].update(version="{nope}"),
+     "does not make a version"),
+]
+
+
+@pytest.mark.parametrize(("label", "mutate", "message"), BAD, ids=[b[0] for b in BAD])
+def test_bad_index_is_rejected_naming_the_entry(label: str, mutate: Callable[[dict], None],
+                                                message: str) -> None:
+    data = shipped_data()
+    mutate(data)
+    with pytest.raises(IndexError_) as info:
+        parse_index(data, "my-index.toml")
+    assert info.value.message.startswith("my-index.toml: ")
+    text = info.value.message
+    assert message in text or re.search(message, text), text
+    assert info.value.code == "SD903"
+
+
+def test_unreadable_and_invalid_toml_files(tmp_path: Path) -> None:
+    with pytest.raises(IndexError_, match="cannot read it"):
+        load_index_file(tmp_path / "absent.toml")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("schema_version = [", encoding="utf-8")
+    with pytest.raises(IndexError_, match="not valid TOML"):
+        load_index_file(broken)
+
+
+def test_dumped_index_loads_back_equal() -> None:
+    index = shipped_index()
+    again = parse_index(parse_toml(dump_index(index, index.updated), "x"), index.source)
+    assert again == index
+
+
+def test_a_refreshed_copy_wins_only_while_it_is_newer(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    user = tmp_path / "sagedoctor" / "wheels_index.toml"
+    user.parent.mkdir(parents=True)
+    index = shipped_index()
+    user.write_text(dump_index(index, "2099-01-01"), encoding="utf-8")
+    assert load_index().source == str(user)
+    user.write_text(dump_index(index, "2000-01-01"), encoding="utf-8")
+    assert load_index().source == str(SHIPPED_INDEX)
+    assert load_index(SHIPPED_INDEX).source == str(SHIPPED_INDEX)
+
+
+# --- index refresh against a local server ---------------------------------------------------
+
+class _Api(BaseHTTPRequestHandler):
+    pages: ClassVar[list[Any]] = []
+    requests: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        type(self).requests.append(self.path)
+        page = 2 if "page=2" in self.path else 1
+        body = json.dumps(self.pages[page - 1]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if page == 1:
+            port = self.server.server_address[1]  # type: ignore[index]
+            self.send_header("Link", f'<http://127.0.0.1:{port}/repos/woct0rdho/SageAttention/'
+                                     'releases?per_page=100&page=2>; rel="next"')
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def api() -> Iterator[str]:
+    _Api.pages = json.loads((FIXTURES / "github_releases.json").read_text())["pages"]
+    _Api.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_refresh_writes_the_user_index_with_github_digests(tmp_path: Path, api: str) -> None:
+    env = clean_env(tmp_path)
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    before = SHIPPED_INDEX.read_bytes()
+    done = run_cli(["index", "refresh", "--api", api], env)
+    assert done.returncode == 0, done.stderr
+    assert len(_Api.requests) == 2  # followed the Link header to page 2
+    written = tmp_path / "config" / "sagedoctor" / "wheels_index.toml"
+    index = load_index_file(written)
+    by_file = {w.file: w for w in index.windows_wheels}
+    new = by_file["sageattention-2.2.0+cu130torch2.14.0andhigher.post7-cp310-abi3-win_amd64.whl"]
+    assert (new.sha256, new.sha256_source) == ("ab" * 32, "github-api")
+    assert str(new.torch) == ">=2.14"
+    same = by_file["sageattention-2.2.0+cu130torch2.10.0andhigher.post6-cp310-abi3-win_amd64.whl"]
+    assert same.sha256_source == "github-api"
+    contradicted = by_file[
+        "sageattention-2.2.0+cu128torch2.10.0andhigher.post6-cp310-abi3-win_amd64.whl"]
+    assert contradicted.sha256 == "0" * 63 + "1"
+    assert "differs from GitHub's" in done.stdout
+    post5 = by_file["sageattention-2.2.0+cu128torch2.10.0andhigher.post5-cp310-abi3-win_amd64.whl"]
+    assert post5.problems  # known problems of a release carry over to its new files
+    untouched = by_file["sageattention-2.2.0+cu130torch2.9.1.post6-cp310-abi3-win_amd64.whl"]
+    assert untouched.sha256_source == "third-party"  # "md5:..." is no sha256 digest
+    assert "evil.example" not in written.read_text(encoding="utf-8")
+    assert "skipped sageattention-2.2.0+cu128torch2.14.0andhigher.post7" in done.stdout
+    assert not any("2.99.0" in w.file for w in index.windows_wheels)  # drafts are ignored
+    assert SHIPPED_INDEX.read_bytes() == before
+    # The refreshed index is what `plan` now uses.
+    plan = run_cli(["plan", "--facts", str(Path(__file__).parent / "profiles" /
+                                           "windows-sageattention1.json"), "--json"], env)
+    assert json.loads(plan.stdout)["index"] == str(written)
+
+
+def test_refresh_refuses_plain_http_to_another_host(tmp_path: Path) -> None:
+    env = clean_env(tmp_path)
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    done = run_cli(["index", "refresh", "--api", "http://example.org"], env)
+    assert done.returncode == 3
+    assert "SD904" in done.stderr and "must be https" in done.stderr
+    assert not (tmp_path / "config" / "sagedoctor").exists()
+
+
+def test_refresh_reports_an_api_error(tmp_path: Path) -> None:
+    env = clean_env(tmp_path)
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    # A port nothing listens on: the connection is refused at once.
+    done = run_cli(["index", "refresh", "--api", "http://127.0.0.1:9"], env)
+    assert done.returncode == 3 and "GitHub API" in done.stderr

@@ -1,0 +1,218 @@
+"""Carrying out plans in real venvs: the runtime bundle, a source build with the plan's
+environment, a failed build that changes nothing, downloads with digests, and the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sagedoctor.install.bundle import build_runtime_wheel
+from sagedoctor.install.execute import (
+    Executor,
+    installed_distributions,
+    unexpected_changes,
+)
+from sagedoctor.install.fetch import download
+from sagedoctor.install.runner import Installer, InstallError
+from sagedoctor.resolve import BuildSettings, Plan, Step
+from tests.standins import add_dist, clean_env, make_venv, run_cli, venv_python
+
+PROFILES = Path(__file__).parent / "profiles"
+
+FAKE_SETUP = '''
+import json, os
+from setuptools import setup
+if os.environ.get("FAIL_BUILD_MARKER") or os.path.exists("FAIL"):
+    raise SystemExit("nvcc fatal: simulated compiler failure")
+os.makedirs("sageattention", exist_ok=True)
+keys = ["TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "EXT_PARALLEL", "NVCC_APPEND_FLAGS", "CUDA_HOME"]
+with open("sageattention/build_env.json", "w") as f:
+    json.dump({k: os.environ.get(k) for k in keys}, f)
+setup(name="sageattention", version="2.2.0", packages=["sageattention"],
+      package_data={"sageattention": ["build_env.json"]})
+'''
+
+
+def fake_source(folder: Path, fail: bool = False) -> Path:
+    """A stand-in SageAttention source tree: real setup.py, no CUDA."""
+    folder.mkdir(parents=True)
+    (folder / "setup.py").write_text(FAKE_SETUP, encoding="utf-8")
+    (folder / "sageattention").mkdir()
+    (folder / "sageattention" / "__init__.py").write_text("", encoding="utf-8")
+    if fail:
+        (folder / "FAIL").write_text("", encoding="utf-8")
+    return folder
+
+
+def settings_for(source: Path) -> BuildSettings:
+    return BuildSettings(source=str(source), commit=None, arch_list="8.6;8.9",
+                         cuda_home="/usr/local/cuda", max_jobs=2, ext_parallel=2,
+                         nvcc_threads=2, build_requires=("setuptools>=62,<75", "wheel",
+                                                         "packaging"))
+
+
+def plan(python: Path, *steps: Step) -> Plan:
+    return Plan(python=str(python), prefix=str(python.parent.parent), os="linux", steps=steps)
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "my venv ü"
+    site = make_venv(root)
+    add_dist(site, "torch", "2.11.0+cu130")
+    return venv_python(root), site
+
+
+def test_runtime_bundle_installs_with_a_record_and_uninstalls(venv: tuple[Path, Path],
+                                                              tmp_path: Path) -> None:
+    python, site = venv
+    wheel = build_runtime_wheel(tmp_path / "out", "0.1.0")
+    installer = Installer.for_target(python)
+    installer.install([str(wheel)])
+    assert installed_distributions(python)["sagedoctor-runtime"] == "0.1.0"
+    done = subprocess.run([str(python), "-c", "import sagedoctor_runtime.registry as r; "
+                           "print(len(r.SAGE_KERNELS))"], capture_output=True, text=True)
+    assert done.returncode == 0 and int(done.stdout) >= 5, done.stderr
+    installer.uninstall(["sagedoctor-runtime"])
+    assert "sagedoctor-runtime" not in installed_distributions(python)
+    assert not (site / "sagedoctor_runtime").exists()
+
+
+def test_source_build_uses_the_plans_environment_and_changes_only_sageattention(
+        venv: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    python, site = venv
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0 8.6")  # a stray value must not leak in
+    source = fake_source(tmp_path / "Sage src")
+    before = installed_distributions(python)
+    messages: list[str] = []
+    step = Step("build-from-source", "Build", "why", ("sageattention",),
+                build=settings_for(source))
+    Executor(plan(python, step), messages.append, tmp_path / "work",
+             tmp_path / "logs").run("0.1.0")
+    after = installed_distributions(python)
+    assert after["sageattention"] == "2.2.0"
+    assert after["torch"] == before["torch"] == "2.11.0+cu130"
+    recorded = json.loads((site / "sageattention" / "build_env.json").read_text())
+    assert recorded == {"TORCH_CUDA_ARCH_LIST": "8.6;8.9", "MAX_JOBS": "2",
+                        "EXT_PARALLEL": "2", "NVCC_APPEND_FLAGS": "--threads 2",
+                        "CUDA_HOME": "/usr/local/cuda"}
+    assert any("built sageattention-2.2.0" in m for m in messages)
+    assert not (source / "build").exists()  # built on a copy; the user's folder stays clean
+
+
+def test_failed_build_leaves_the_venv_as_it_was(venv: tuple[Path, Path],
+                                                 tmp_path: Path) -> None:
+    python, _site = venv
+    source = fake_source(tmp_path / "src", fail=True)
+    before = installed_distributions(python)
+    step = Step("build-from-source", "Build", "why", ("sageattention",),
+                build=settings_for(source))
+    bundle = Step("bundle-runtime", "Runtime", "why", ("sagedoctor-runtime",))
+    with pytest.raises(InstallError) as info:
+        Executor(plan(python, step, bundle), lambda _m: None, tmp_path / "work",
+                 tmp_path / "logs").run("0.1.0")
+    assert "simulated compiler failure" in info.value.message
+    assert "Already done: nothing" in info.value.fix
+    assert installed_distributions(python) == before
+    assert (tmp_path / "logs" / "sageattention-build.log").is_file()
+
+
+def test_steps_the_executor_cannot_do_yet_are_refused_before_any_change(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    python, _site = venv
+    bundle = Step("bundle-runtime", "Runtime", "why", ("sagedoctor-runtime",))
+    enable = Step("enable-invokeai", "Enable", "why", config=(("attention_backend", "sage"),))
+    before = installed_distributions(python)
+    with pytest.raises(InstallError, match="cannot yet carry out: enable-invokeai"):
+        Executor(plan(python, bundle, enable), lambda _m: None, tmp_path / "w",
+                 tmp_path / "l").run("0.1.0")
+    assert installed_distributions(python) == before
+
+
+def test_unexpected_changes_names_each_distribution() -> None:
+    before = {"torch": "2.11.0", "numpy": "2.1.0", "sageattention": "1.0.6"}
+    after = {"torch": "2.12.0", "sageattention": "2.2.0", "triton": "3.6.0"}
+    assert unexpected_changes(before, after, frozenset({"sageattention"})) == [
+        "numpy 2.1.0 -> (removed)", "torch 2.11.0 -> 2.12.0", "triton (absent) -> 3.6.0"]
+
+
+# --- downloads -------------------------------------------------------------------------------
+
+PAYLOAD = b"not really a wheel, but bytes with a digest"
+
+
+class _Files(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path != "/file.whl":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(PAYLOAD)))
+        self.end_headers()
+        self.wfile.write(PAYLOAD)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Files)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+
+
+def test_download_keeps_a_file_only_when_its_digest_matches(server: str, tmp_path: Path) -> None:
+    good = hashlib.sha256(PAYLOAD).hexdigest()
+    dest = tmp_path / "file.whl"
+    assert download(f"{server}/file.whl", dest, good, allow_http_host="127.0.0.1") == good
+    assert dest.read_bytes() == PAYLOAD
+    other = tmp_path / "other.whl"
+    with pytest.raises(InstallError, match="does not match"):
+        download(f"{server}/file.whl", other, "0" * 64, allow_http_host="127.0.0.1")
+    assert not other.exists() and not list(tmp_path.glob("*.part"))
+    with pytest.raises(InstallError, match="HTTP 404"):
+        download(f"{server}/missing.whl", other, None, allow_http_host="127.0.0.1")
+
+
+def test_download_refuses_plain_http(server: str, tmp_path: Path) -> None:
+    with pytest.raises(InstallError, match="refusing to download over http"):
+        download(f"{server}/file.whl", tmp_path / "f.whl", None)
+
+
+# --- the CLI -------------------------------------------------------------------------------
+
+def test_install_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> None:
+    env = clean_env(tmp_path)
+    done = run_cli(["install", "--dry-run", "--json", "--facts",
+                    str(PROFILES / "windows-sageattention1.json")], env)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["status"] == "plan"
+    assert [s["action"] for s in data["plan"]["steps"]] == [
+        "uninstall", "install-wheel", "bundle-runtime", "verify"]
+    wheel = data["plan"]["steps"][1]["wheel"]
+    assert wheel["file"].startswith("sageattention-2.2.0+cu130torch2.10.0andhigher.post6")
+
+
+def test_install_with_facts_of_another_machine_needs_dry_run(tmp_path: Path) -> None:
+    done = run_cli(["install", "--facts", str(PROFILES / "windows-sageattention1.json")],
+                   clean_env(tmp_path))
+    assert done.returncode == 2 and "--dry-run" in done.stdout
+
+
+def test_plan_blocked_exit_code_and_text(tmp_path: Path) -> None:
+    done = run_cli(["plan", "--facts", str(PROFILES / "macos-apple.json")], clean_env(tmp_path))
+    assert done.returncode == 2
+    assert "No plan: fix these first." in done.stdout and "SD101" in done.stdout
