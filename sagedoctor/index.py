@@ -444,6 +444,11 @@ def shipped_index() -> WheelIndex:
     return _SHIPPED[0]
 
 
+def spec_text(spec: SpecifierSet) -> str:
+    """'>=3.6,<3.7', lower bound first (SpecifierSet's own str sorts '<' first)."""
+    return ",".join(sorted((str(s) for s in spec), key=lambda s: (not s.startswith(">"), s)))
+
+
 def wheel_supported_by(wheel: WindowsWheel, target_tags: tuple[str, ...]) -> bool:
     """The wheel installs on an interpreter with these tags (the packaging way: tag overlap)."""
     return any(tag in wheel.tags for tag in target_tags)

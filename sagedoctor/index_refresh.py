@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from . import compat
@@ -29,6 +28,7 @@ from .index import (
     load_index_file,
     parse_index,
     parse_toml,
+    spec_text,
 )
 
 GITHUB_API = "https://api.github.com"
@@ -164,10 +164,6 @@ def _q(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)  # a JSON string is a TOML basic string
 
 
-def _spec(spec: SpecifierSet) -> str:
-    return ",".join(sorted((str(s) for s in spec), key=lambda s: (not s.startswith(">"), s)))
-
-
 def _list(items: tuple[str, ...] | list[str]) -> str:
     return "[" + ", ".join(_q(i) for i in items) + "]"
 
@@ -176,18 +172,18 @@ def dump_index(index: WheelIndex, updated: str) -> str:
     lines = ["# Written by `sagedoctor index refresh`; the shipped index is the template.",
              "schema_version = 1", "", "[meta]", f"updated = {_q(updated)}", "", "[triton]",
              f"windows_package = {_q(index.triton.windows_package)}",
-             f"turing_spec = {_q(_spec(index.triton.turing_spec))}",
+             f"turing_spec = {_q(spec_text(index.triton.turing_spec))}",
              "windows_unknown = " + _list([f"{a}.{b}" for a, b in index.triton.windows_unknown])]
     for pair in index.triton.pairs:
         lines += ["", "[[triton.pairs]]", f"torch = {_q(f'{pair.torch[0]}.{pair.torch[1]}')}"]
         if pair.windows is not None:
-            lines.append(f"windows = {_q(_spec(pair.windows))}")
+            lines.append(f"windows = {_q(spec_text(pair.windows))}")
         if pair.linux is not None:
             lines.append(f"linux = {_q(f'{pair.linux[0]}.{pair.linux[1]}')}")
     lines += ["", "[windows]", f"release_base = {_q(index.release_base)}"]
     for wheel in index.windows_wheels:
         lines += ["", "[[windows.wheels]]", f"file = {_q(wheel.file)}",
-                  f"release = {_q(wheel.release)}", f"torch = {_q(_spec(wheel.torch))}"]
+                  f"release = {_q(wheel.release)}", f"torch = {_q(spec_text(wheel.torch))}"]
         if wheel.sha256:
             lines += [f"sha256 = {_q(wheel.sha256)}",
                       f"sha256_source = {_q(wheel.sha256_source or '')}"]
@@ -210,7 +206,7 @@ def dump_index(index: WheelIndex, updated: str) -> str:
                   f"reason = {_q(ref.reason)}"]
     for entry in index.linux_indexes:
         lines += ["", "[[linux_indexes]]", f"name = {_q(entry.name)}", f"url = {_q(entry.url)}",
-                  f"cuda = {_q(entry.cuda)}", f"torch = {_q(_spec(entry.torch))}",
+                  f"cuda = {_q(entry.cuda)}", f"torch = {_q(spec_text(entry.torch))}",
                   f"version = {_q(entry.version)}"]
     return "\n".join(lines) + "\n"
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .index import WheelIndex, shipped_index
-from .resolve import spec_text
+from .index import WheelIndex, shipped_index, spec_text
 
 BEGIN = "<!-- generated from wheels_index.toml: begin -->"
 END = "<!-- generated from wheels_index.toml: end -->"

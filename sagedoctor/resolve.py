@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
 
-from packaging.specifiers import SpecifierSet
 from packaging.tags import cpython_tags
 from packaging.version import Version
 
@@ -17,7 +16,7 @@ from . import __version__, compat
 from .diagnose import diagnose, gpu_label, quote, usable_gpus
 from .facts import Facts, Gpu, TargetFacts
 from .findings import Finding, finding
-from .index import LinuxIndex, WheelIndex, WindowsWheel, wheel_supported_by
+from .index import LinuxIndex, WheelIndex, WindowsWheel, spec_text, wheel_supported_by
 
 RUNTIME_DIST = "sagedoctor-runtime"
 
@@ -122,11 +121,6 @@ def build_parallelism(cpu_count: int, memory_gib: float | None, arch_count: int,
     max_jobs = max(1, budget // (ext_parallel * nvcc_threads))
     why += f" ({ext_parallel} extensions x {max_jobs} jobs x {nvcc_threads} nvcc threads)"
     return max_jobs, ext_parallel, nvcc_threads, why
-
-
-def spec_text(spec: SpecifierSet) -> str:
-    """'>=3.6,<3.7', lower bound first (SpecifierSet's own str sorts '<' first)."""
-    return ",".join(sorted((str(s) for s in spec), key=lambda s: (not s.startswith(">"), s)))
 
 
 def _tags(target: TargetFacts) -> tuple[str, ...]:

@@ -7,11 +7,15 @@ recorded on real machines (../shared/fixtures) or built from ../shared/facts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import sysconfig
 import textwrap
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
@@ -131,3 +135,15 @@ def run_cli(args: list[str], env: dict[str, str], timeout: float = 60
             ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sagedoctor", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@contextlib.contextmanager
+def local_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 serving recorded answers; yields its base URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,7 +22,7 @@ from sagedoctor.index import (
     shipped_index,
 )
 from sagedoctor.index_refresh import dump_index
-from tests.standins import clean_env, run_cli
+from tests.standins import clean_env, local_server, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -173,13 +172,8 @@ class _Api(BaseHTTPRequestHandler):
 def api() -> Iterator[str]:
     _Api.pages = json.loads((FIXTURES / "github_releases.json").read_text())["pages"]
     _Api.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
+    with local_server(_Api) as url:
+        yield url
 
 
 def test_refresh_writes_the_user_index_with_github_digests(tmp_path: Path, api: str) -> None:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from sagedoctor.install.execute import (
 from sagedoctor.install.fetch import download
 from sagedoctor.install.runner import Installer, InstallError
 from sagedoctor.resolve import BuildSettings, Plan, Step
-from tests.standins import add_dist, clean_env, make_venv, run_cli, venv_python
+from tests.standins import add_dist, clean_env, local_server, make_venv, run_cli, venv_python
 
 PROFILES = Path(__file__).parent / "profiles"
 
@@ -165,12 +164,8 @@ class _Files(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Files)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
+    with local_server(_Files) as url:
+        yield url
 
 
 def test_download_keeps_a_file_only_when_its_digest_matches(server: str, tmp_path: Path) -> None:
