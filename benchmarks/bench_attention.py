@@ -57,7 +57,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="paired rounds; medians reported")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--no-scope", action="store_true",
+                        help="call SDPA without a scope: measures a venv switched on by "
+                             "`sagedoctor enable` (the start-up hook)")
     args = parser.parse_args()
+
+    import contextlib
 
     import torch
     import torch.nn.functional as F
@@ -67,6 +72,11 @@ def main() -> int:
 
     runtime = _runtime()
     router = runtime.get_router()
+    scope = contextlib.nullcontext if args.no_scope else runtime.sage_scope
+    if args.no_scope:  # one small call arms an enabled venv's hook, as an app's first call does
+        tiny = torch.zeros(1, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
+        F.scaled_dot_product_attention(tiny, tiny, tiny)
+        print("start-up hook armed the router:", router.stats()["summary"] and router._global)
     dtype = getattr(torch, args.dtype)
     rows = []
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__}, {args.dtype}, runtime "
@@ -75,7 +85,7 @@ def main() -> int:
           f"{'routed to':<22} {'sageattn() cos':>14}")
     for name, (b, h, s, d) in SHAPES.items():
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
-        sdpa = F.scaled_dot_product_attention
+        sdpa = router.original or F.scaled_dot_product_attention  # the real one, hook or not
         reference = sdpa(q.float(), k.float(), v.float())
         auto_cos = compare(sageattn(q, k, v, tensor_layout="HND"), reference).cosine
         before = dict(router.stats()["routed"])
@@ -86,7 +96,7 @@ def main() -> int:
             return F.scaled_dot_product_attention(q, k, v)
 
         times: dict[str, list[float]] = {"sdpa": [], "sage": [], "scope": []}
-        with runtime.sage_scope():
+        with scope():
             scoped()  # the first-call check and any speed check happen here, untimed
             scope_cos = compare(scoped(), reference).cosine
         for _ in range(args.rounds):
@@ -94,7 +104,7 @@ def main() -> int:
             times["sage"].append(_time(lambda q=q, k=k, v=v: sageattn(q, k, v,
                                                                      tensor_layout="HND"),
                                        torch, args.reps))
-            with runtime.sage_scope():
+            with scope():
                 times["scope"].append(_time(scoped, torch, args.reps))
         sdpa_t, sage_t, scope_t = (statistics.median(times[n]) for n in ("sdpa", "sage", "scope"))
         after = router.stats()["routed"]

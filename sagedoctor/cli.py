@@ -15,6 +15,7 @@ from .errors import SagedoctorError, TargetError
 
 if TYPE_CHECKING:
     from .commands.plan import PlanOptions
+    from .facts import TargetFacts
 
 EXIT_TOOL_FAILED = 3
 
@@ -84,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--quick", action="store_true", help="a short sweep of lengths")
     verify.add_argument("--json", action="store_true")
     verify.add_argument("-v", "--verbose", action="store_true")
+    for name, text in (("enable", "switch the runtime on for every Python of the target venv "
+                                  "(a start-up hook; needs a passing `verify`)"),
+                       ("disable", "remove the start-up hook again")):
+        toggle = sub.add_parser(name, help=text, description=text)
+        _target_options(toggle)
+        toggle.add_argument("-v", "--verbose", action="store_true")
     index = sub.add_parser("index", help="the wheel index: refresh it from GitHub")
     index_sub = index.add_subparsers(dest="index_command", metavar="ACTION", required=True)
     refresh = index_sub.add_parser(
@@ -103,6 +110,19 @@ def _plan_options(args: argparse.Namespace) -> PlanOptions:
     return PlanOptions(venv=args.venv, python=args.python, root=args.root,
                        facts_file=args.facts, index_file=args.index, source_dir=args.source,
                        use_linux_indexes=not args.no_wheel_index, as_json=args.json)
+
+
+def _inspect_target(args: argparse.Namespace) -> TargetFacts:
+    from .probe import ProbeOptions, collect_facts
+
+    facts = collect_facts(ProbeOptions(venv=args.venv, python=args.python, root=args.root,
+                                       areas=("python",)))
+    if facts.target is None:
+        failure = facts.failure_for("target")
+        raise TargetError("the target interpreter could not be inspected"
+                          + (f": {failure.message}" if failure else ""),
+                          "pass --venv DIR or --python EXE")
+    return facts.target
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,17 +161,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .commands.index import run_refresh
 
             return run_refresh(args.index, args.api)
-        if args.command == "verify":
-            from .commands.install import run_verify
-            from .probe import ProbeOptions, collect_facts
+        if args.command in ("verify", "enable", "disable"):
+            target = _inspect_target(args)
+            if args.command == "enable":
+                from .commands.enable import run_enable
 
-            facts = collect_facts(ProbeOptions(venv=args.venv, python=args.python,
-                                               root=args.root, areas=("python",)))
-            if facts.target is None:
-                raise TargetError("the target interpreter could not be inspected",
-                                  "pass --venv DIR or --python EXE")
-            return run_verify(Path(facts.target.executable), Path(facts.target.prefix),
-                              args.quick, args.json)
+                return run_enable(target)
+            if args.command == "disable":
+                from .commands.enable import run_disable
+
+                return run_disable(target)
+            from .commands.install import run_verify
+
+            return run_verify(Path(target.executable), Path(target.prefix), args.quick,
+                              args.json)
     except SagedoctorError as exc:
         print(f"sagedoctor: error {exc.code}: {exc.message}", file=sys.stderr)
         if exc.fix:

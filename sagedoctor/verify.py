@@ -106,6 +106,35 @@ def write_calibration(prefix: Path, data: dict[str, Any]) -> Path:
     return path
 
 
+def verdict(report: dict[str, Any], results: list[KeyResult]) -> str:
+    """'routing': some kernel is used somewhere; 'sdpa-only': correct but never faster, or
+    none correct; 'broken': SageAttention did not even import."""
+    if report.get("import") != "ok" or report.get("error"):
+        return "broken"
+    if any(r.chosen and r.crossover for r in results):
+        return "routing"
+    return "sdpa-only"
+
+
+def write_verified(prefix: Path, report: dict[str, Any], results: list[KeyResult],
+                   when: str) -> Path | None:
+    """The fingerprint the start-up hook compares with; removed when nothing may be routed,
+    so an old verdict cannot switch a broken build on."""
+    path = prefix / "sagedoctor" / "verified.json"
+    outcome = verdict(report, results)
+    if outcome != "routing":
+        path.unlink(missing_ok=True)
+        return None
+    data = {"schema_version": 1, "verified_at": when, "verdict": outcome,
+            "fingerprint": report.get("fingerprint", {}),
+            "kernels": {r.calibration_key: r.chosen for r in results}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
 def render_table(results: list[KeyResult]) -> str:
     head = ("GPU", "dtype", "D", "kernel", "cosine", "rel L2", "best speed-up", "routes from",
             "sageattn() auto")

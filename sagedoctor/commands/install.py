@@ -58,21 +58,42 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
 
 def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
                out: TextIO | None = None) -> int:
-    from ..verify import calibration, key_results, render_table, run_selftest, write_calibration
+    import datetime
+
+    from ..verify import (
+        calibration,
+        key_results,
+        render_table,
+        run_selftest,
+        verdict,
+        write_calibration,
+        write_verified,
+    )
 
     stream = out or sys.stdout
     report = run_selftest(python, quick)
     results = key_results(report)
     data = calibration(results)
     path = write_calibration(prefix, data)
+    outcome = verdict(report, results)
+    verified = write_verified(prefix, report, results,
+                              datetime.datetime.now(datetime.timezone.utc).isoformat())
     if as_json:
-        stream.write(json.dumps({"report": report, "calibration": data,
-                                 "calibration_path": str(path)}, indent=2) + "\n")
+        stream.write(json.dumps({"verdict": outcome, "report": report, "calibration": data,
+                                 "calibration_path": str(path),
+                                 "verified_path": str(verified) if verified else None},
+                                indent=2) + "\n")
     else:
         stream.write(render_table(results))
         if report.get("error"):
             stream.write(f"self-test: {report['error']}\n")
         stream.write(f"calibration written to {path}\n")
-    if report.get("error") or not results:
-        return 1
-    return 0 if any(r.chosen for r in results) else 1
+        stream.write({
+            "routing": "verdict: SageAttention is used where the table says; "
+                       "`sagedoctor enable` switches it on for the whole venv",
+            "sdpa-only": "verdict: no kernel is both correct and faster here; PyTorch SDPA "
+                         "stays in use (nothing is lost)",
+            "broken": "verdict: SageAttention does not work in this venv; run "
+                      "`sagedoctor check` for the cause",
+        }[outcome] + "\n")
+    return 0 if outcome == "routing" else 1

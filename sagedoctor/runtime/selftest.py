@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any
 
 from .accuracy import Comparison, Thresholds, compare
+from .hook import live_fingerprint
 from .registry import KernelRegistry, KernelSpec, default_registry
 
 SELFTEST_SCHEMA_VERSION = 1
@@ -128,6 +129,7 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
         "torch_cuda": torch.version.cuda,
         "thresholds": {"min_cosine": thresholds.min_cosine, "max_rel_l2": thresholds.max_rel_l2},
         "gpus": [],
+        "fingerprint": live_fingerprint(),
     }
     try:
         from importlib import metadata

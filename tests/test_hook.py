@@ -1,0 +1,140 @@
+"""The start-up hook in a real venv with the bundled runtime and the real CPU torch:
+`sagedoctor enable` arms it, a changed venv keeps it off, `disable` and the kill switch too."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from sagedoctor.install.bundle import build_runtime_wheel
+from sagedoctor.install.runner import Installer
+from sagedoctor.runtime.hook import fingerprint_differences
+from tests.standins import clean_env, make_venv, run_cli, venv_python
+
+pytest.importorskip("torch")
+
+SCRIPT = r"""
+import json, sys
+from torch.nn.functional import scaled_dot_product_attention as bound  # bound at import
+import torch
+import torch.nn.functional as F
+q = k = v = torch.randn(1, 2, 8, 16)
+out = bound(q, k, v)
+again = F.scaled_dot_product_attention(q, k, v)
+info = {"bound": bound.__name__, "same": bool(torch.allclose(out, again))}
+if "sagedoctor_runtime.router" in sys.modules:
+    import sagedoctor_runtime as r
+    router = r.get_router()
+    info.update(armed=F.scaled_dot_product_attention == router.patched, glob=router._global,
+                sdpa=router.stats()["sdpa"])
+else:
+    info.update(armed=False)
+print(json.dumps(info))
+"""
+
+
+def test_fingerprint_differences_name_each_change() -> None:
+    saved = {"python": "3.12.3", "dists": {"torch": "2.11.0", "sageattention": "2.2.0",
+                                           "triton": "3.6.0"}}
+    live = {"python": "3.12.3", "dists": {"torch": "2.12.0", "sageattention": "2.2.0",
+                                          "triton": None}}
+    assert fingerprint_differences(saved, live) == ["torch 2.11.0 -> 2.12.0",
+                                                    "triton 3.6.0 -> (none)"]
+    assert fingerprint_differences(saved, saved) == []
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A venv whose Python sees this machine's CPU torch, with the runtime installed."""
+    root = tmp_path / "app venv ü"
+    site = make_venv(root)
+    # torch (gigabytes) comes from the test interpreter's site-packages, by a path line.
+    (site / "zz-torch-from-tests.pth").write_text(sysconfig.get_paths()["purelib"] + "\n",
+                                                  encoding="utf-8")
+    python = venv_python(root)
+    Installer.for_target(python).install([str(build_runtime_wheel(tmp_path / "w", "0.1.0"))])
+    return python, clean_env(tmp_path)
+
+
+def live_fingerprint(python: Path, env: dict[str, str]) -> dict:
+    done = subprocess.run([str(python), "-c", "import json, sagedoctor_runtime.hook as h; "
+                           "print(json.dumps(h.live_fingerprint()))"],
+                          capture_output=True, text=True, env=env, check=True)
+    return json.loads(done.stdout)
+
+
+def write_verified(python: Path, fingerprint: dict) -> None:
+    folder = python.parent.parent / "sagedoctor"
+    folder.mkdir(exist_ok=True)
+    (folder / "verified.json").write_text(json.dumps(
+        {"schema_version": 1, "verdict": "routing", "fingerprint": fingerprint}),
+        encoding="utf-8")
+
+
+def run_app(python: Path, env: dict[str, str]) -> tuple[dict, str]:
+    done = subprocess.run([str(python), "-c", SCRIPT], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
+def test_enable_arms_the_router_for_every_python_of_the_venv(
+        venv: tuple[Path, dict[str, str]]) -> None:
+    python, env = venv
+    fingerprint = live_fingerprint(python, env)
+    assert fingerprint["dists"]["torch"]
+    write_verified(python, fingerprint)
+    done = run_cli(["enable", "--python", str(python)], env)
+    assert done.returncode == 0, done.stderr
+    info, stderr = run_app(python, env)
+    assert info["bound"] == "scaled_dot_product_attention" and info["armed"] and info["glob"]
+    assert info["same"]
+    assert info["sdpa"] == {"device": 2}  # CPU tensors: counted by the router, left on SDPA
+    assert "sagedoctor" not in stderr
+
+    off = dict(env, SAGEDOCTOR_RUNTIME="off")
+    info, stderr = run_app(python, off)
+    assert not info["armed"] and "sagedoctor" not in stderr
+
+    done = run_cli(["disable", "--python", str(python)], env)
+    assert done.returncode == 0 and "removed" in done.stdout
+    info, _ = run_app(python, env)
+    assert not info["armed"]
+
+
+def test_a_venv_changed_since_verify_keeps_sdpa_and_says_why(
+        venv: tuple[Path, dict[str, str]]) -> None:
+    python, env = venv
+    fingerprint = live_fingerprint(python, env)
+    write_verified(python, {**fingerprint, "dists": {**fingerprint["dists"],
+                                                      "torch": "2.12.0"}})
+    assert run_cli(["enable", "--python", str(python)], env).returncode == 0
+    info, stderr = run_app(python, env)
+    assert not info["armed"] and info["same"]
+    assert f"torch 2.12.0 -> {fingerprint['dists']['torch']}" in stderr
+    assert "stays off until `sagedoctor verify`" in stderr
+
+
+def test_enable_needs_a_passing_verify(venv: tuple[Path, dict[str, str]]) -> None:
+    python, env = venv
+    done = run_cli(["enable", "--python", str(python)], env)
+    assert done.returncode == 3
+    assert "SD930" in done.stderr and "sagedoctor verify" in done.stderr
+    assert not list(python.parent.parent.glob("lib/python*/site-packages/sagedoctor-*.pth"))
+
+
+def test_verify_without_a_gpu_reports_broken_and_leaves_the_hook_off(
+        venv: tuple[Path, dict[str, str]]) -> None:
+    python, env = venv
+    write_verified(python, live_fingerprint(python, env))  # an old passing verdict
+    done = run_cli(["verify", "--python", str(python), "--quick"], env, timeout=180)
+    assert done.returncode == 1, done.stderr
+    assert "does not work in this venv" in done.stdout
+    assert not (python.parent.parent / "sagedoctor" / "verified.json").exists()
+    calibration = json.loads((python.parent.parent / "sagedoctor" / "calibration.json")
+                             .read_text())
+    assert calibration["crossovers"] == {}
