@@ -13,6 +13,7 @@ wrote into the venv; without one it times the first calls itself.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import time
@@ -68,9 +69,8 @@ def main() -> int:
     import torch.nn.functional as F
     from sageattention import sageattn
 
-    from sagedoctor.runtime.accuracy import compare
-
     runtime = _runtime()
+    compare = importlib.import_module(f"{runtime.__name__}.accuracy").compare
     router = runtime.get_router()
     scope = contextlib.nullcontext if args.no_scope else runtime.sage_scope
     if args.no_scope:  # one small call arms an enabled venv's hook, as an app's first call does

@@ -19,6 +19,7 @@ from sagedoctor.verify import (
 )
 
 RECORDED = Path(__file__).parent / "fixtures" / "selftest-h200-v2.2.0.json"
+RECORDED_MAIN = Path(__file__).parent / "fixtures" / "selftest-h200-main.json"
 
 
 def recorded() -> dict:
@@ -41,6 +42,21 @@ def test_the_broken_sm90_kernel_is_rejected_and_nothing_is_routed() -> None:
     assert set(calibration(results)["crossovers"].values()) == {None}
     table = render_table(results)
     assert "WRONG" in table and "never" in table and "sage_fp8_cuda_fp32fp16" in table
+
+
+def test_the_good_build_routes_long_sequences_to_the_sm90_kernel() -> None:
+    report = parse_report(RECORDED_MAIN.read_text(encoding="utf-8"))
+    results = key_results(report)
+    assert verdict(report, results) == "routing"
+    for r in results:
+        assert r.chosen == "sage_fp8_sm90" and not r.rejected and r.auto_passed is True
+        assert r.cosine is not None and r.cosine > 0.999
+    crossovers = calibration(results)["crossovers"]
+    # flux-1024 (4608 tokens) and SDXL (4096, D=64) stay on SDPA; flux-2048 (16896) and
+    # wan-720p (32760) at D=128 are routed.
+    assert 4608 < crossovers["9.0|bfloat16|128"] <= 16896
+    assert crossovers["9.0|bfloat16|64"] > 4096
+    assert report["fingerprint"]["dists"]["sageattention"] == "2.2.0"
 
 
 def test_a_routing_verdict_writes_the_fingerprint_and_a_failing_one_removes_it(
