@@ -30,6 +30,7 @@ class KeyResult:
     best_speedup: float | None
     crossover: int | None
     auto_passed: bool | None  # what `sageattn()` itself picks: correct?
+    auto_kernel: str | None
     rejected: tuple[str, ...]  # kernels that failed the check
 
     @property
@@ -79,6 +80,7 @@ def key_results(report: dict[str, Any]) -> list[KeyResult]:
                 rel_l2=normal.get("rel_l2"), best_speedup=max(speedups) if speedups else None,
                 crossover=key.get("crossover"),
                 auto_passed=auto.get("passed") if "passed" in auto else None,
+                auto_kernel=auto.get("kernel"),
                 rejected=tuple(k["name"] for k in kernels if not k.get("passed"))))
     return out
 
@@ -147,7 +149,8 @@ def render_table(results: list[KeyResult]) -> str:
             f"{r.rel_l2:.4f}" if r.rel_l2 is not None else "-",
             f"{r.best_speedup:.2f}x" if r.best_speedup is not None else "-",
             (f"{r.crossover} tokens" if r.crossover else "never") if r.chosen else "never",
-            {True: "correct", False: "WRONG", None: "n/a"}[r.auto_passed],
+            {True: "correct", False: "WRONG", None: "n/a"}[r.auto_passed]
+            + (f" ({r.auto_kernel})" if r.auto_kernel else ""),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()

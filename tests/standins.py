@@ -123,7 +123,8 @@ def clean_env(tmp_path: Path, path_prefix: Path | None = None) -> dict[str, str]
     """The environment a user would have, minus anything of this machine that leaks in."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("VIRTUAL_ENV", "INVOKEAI_ROOT", "CUDA_HOME", "CUDA_PATH", "NO_COLOR",
-                        "FORCE_COLOR")}
+                        "FORCE_COLOR", "SAGEDOCTOR_RUNTIME", "SAGEDOCTOR_CALIBRATION")
+           and not k.startswith("XDG_")}  # config, state and logs go under HOME
     env["HOME"] = str(tmp_path / "home")
     env["SAGEDOCTOR_SKIP_NVML"] = "1"
     base_path = "/usr/bin:/bin"

@@ -138,3 +138,8 @@ def test_verify_without_a_gpu_reports_broken_and_leaves_the_hook_off(
     calibration = json.loads((python.parent.parent / "sagedoctor" / "calibration.json")
                              .read_text())
     assert calibration["crossovers"] == {}
+    states = list((Path(env["HOME"]) / ".local" / "state" / "sagedoctor" / "venvs").glob("*.json"))
+    assert len(states) == 1
+    state = json.loads(states[0].read_text())
+    assert state["verdict"] == "broken" and state["prefix"] == str(python.parent.parent)
+    assert state["fingerprint"]["dists"]["torch"]

@@ -60,6 +60,7 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
                out: TextIO | None = None) -> int:
     import datetime
 
+    from ..state import record_verification
     from ..verify import (
         calibration,
         key_results,
@@ -76,8 +77,9 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
     data = calibration(results)
     path = write_calibration(prefix, data)
     outcome = verdict(report, results)
-    verified = write_verified(prefix, report, results,
-                              datetime.datetime.now(datetime.timezone.utc).isoformat())
+    when = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    verified = write_verified(prefix, report, results, when)
+    record_verification(prefix, python, outcome, report.get("fingerprint", {}), data, when)
     if as_json:
         stream.write(json.dumps({"verdict": outcome, "report": report, "calibration": data,
                                  "calibration_path": str(path),

@@ -28,6 +28,13 @@ SWEEP = (1024, 2048, 4096, 6144, 8192, 12288, 16384, 24576, 32768)
 SWEEP_HEADS = {64: 20, 128: 24}  # SDXL-like and Flux-like head counts
 QUICK_SWEEP = (1024, 4096, 16384)
 SAGE_MODULES = ("_fused", "_qattn_sm80", "_qattn_sm89", "_qattn_sm90")
+# What upstream's `sageattn()` dispatches to per architecture (core.py at d1a57a5 and v2.2.0);
+# the Windows fork differs on sm86/87 (CUDA fp16) and sm75 (Triton).
+SAGEATTN_AUTO = {
+    (8, 0): "sage_fp16_cuda", (8, 6): "sage_fp16_triton", (8, 9): "sage_fp8_cuda_fp32fp16",
+    (9, 0): "sage_fp8_sm90", (12, 0): "sage_fp8_cuda_per_warp",
+    (12, 1): "sage_fp8_cuda_per_warp",
+}
 
 
 def _modules() -> dict[str, str]:
@@ -87,18 +94,19 @@ def _describe(result: Comparison | str, thresholds: Thresholds) -> dict[str, Any
             "rel_l2": round(result.rel_l2, 6), "finite": result.finite}
 
 
-def _sageattn_auto(torch: Any, device: Any, dtype: Any, d: int, thresholds: Thresholds,
-                   sdpa: Callable[..., Any]) -> dict[str, Any]:
+def _sageattn_auto(torch: Any, device: Any, arch: tuple[int, int], dtype: Any, d: int,
+                   thresholds: Thresholds, sdpa: Callable[..., Any]) -> dict[str, Any]:
+    kernel = SAGEATTN_AUTO.get(arch)
     try:
         from sageattention import sageattn
     except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        return {"kernel": kernel, "error": f"{type(exc).__name__}: {exc}"[:300]}
     q, k, v = _inputs(torch, device, dtype, CHECK_SHAPE, d, outlier=False)
 
     def auto(q: Any, k: Any, v: Any, *, is_causal: bool, scale: float | None) -> Any:
         return sageattn(q, k, v, tensor_layout="HND", is_causal=is_causal, sm_scale=scale)
 
-    return _describe(_check(auto, sdpa, q, k, v, torch), thresholds)
+    return {"kernel": kernel, **_describe(_check(auto, sdpa, q, k, v, torch), thresholds)}
 
 
 def crossover(points: list[tuple[int, float, float]]) -> int | None:
@@ -169,8 +177,8 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
               sweep: tuple[int, ...], reps: int) -> dict[str, Any]:
     key: dict[str, Any] = {"dtype": dtype_name, "head_dim": d, "kernels": [], "chosen": None,
                            "sweep": [], "crossover": None,
-                           "sageattn_auto": _sageattn_auto(torch, device, dtype, d, thresholds,
-                                                           sdpa)}
+                           "sageattn_auto": _sageattn_auto(torch, device, arch, dtype, d,
+                                                           thresholds, sdpa)}
     normal = _inputs(torch, device, dtype, CHECK_SHAPE, d, outlier=False)
     outlier = _inputs(torch, device, dtype, CHECK_SHAPE, d, outlier=True, seed=1)
     chosen: tuple[KernelSpec, Callable[..., Any]] | None = None
