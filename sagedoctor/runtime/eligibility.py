@@ -32,6 +32,9 @@ REASONS = {
 }
 
 
+CUDA_ONLY = frozenset({"cuda"})
+
+
 def ineligible_reason(
     q: Any,
     k: Any,
@@ -51,8 +54,9 @@ def ineligible_reason(
         return "mask"
     if dropout_p:
         return "dropout"
-    # q.is_cuda is a plain flag; q.device builds an object: ask it only off the common path.
-    if not q.is_cuda and q.device.type not in device_types:
+    # q.is_cuda is a plain flag; q.device.type builds objects (~1-4 us on CPU tensors): ask it
+    # only when a registered kernel serves another device type.
+    if not q.is_cuda and (device_types == CUDA_ONLY or q.device.type not in device_types):
         return "device"
     dtype = q.dtype
     if dtype not in dtypes:
