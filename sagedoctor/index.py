@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.tags import parse_tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
@@ -452,8 +451,3 @@ def spec_text(spec: SpecifierSet) -> str:
 def wheel_supported_by(wheel: WindowsWheel, target_tags: tuple[str, ...]) -> bool:
     """The wheel installs on an interpreter with these tags (the packaging way: tag overlap)."""
     return any(tag in wheel.tags for tag in target_tags)
-
-
-def expand_tags(tags: tuple[str, ...]) -> tuple[str, ...]:
-    """Compressed tags ('cp39.cp310-abi3-win_amd64') as single tags."""
-    return tuple(str(t) for text in tags for t in parse_tag(text))

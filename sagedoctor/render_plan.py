@@ -37,7 +37,9 @@ def plan_dict(result: Plan | Blocked, index_source: str) -> dict[str, Any]:
 
 def plan_exit_code(result: Plan | Blocked) -> int:
     """0: a plan (or nothing to do); 1: blocked by something fixable; 2: cannot work here."""
-    return exit_code(result.findings) or 1 if isinstance(result, Blocked) else 0
+    if isinstance(result, Plan):
+        return 0
+    return exit_code(result.findings) or 1
 
 
 def render_plan_json(result: Plan | Blocked, index_source: str) -> str:
