@@ -210,8 +210,8 @@ def _final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
 
 # --- Windows ---------------------------------------------------------------------------------
 
-def _pick_windows_wheel(index: WheelIndex, target: TargetFacts, torch_cuda: str,
-                        gpus: list[Gpu]) -> tuple[WindowsWheel | None, list[str]]:
+def _pick_windows_wheel(index: WheelIndex, target: TargetFacts,
+                        torch_cuda: str) -> tuple[WindowsWheel | None, list[str]]:
     """The best wheel for this torch, CUDA major and Python, and why others were passed over."""
     torch_version = _public(target.torch.version if target.torch else "")
     cuda_major = int(torch_cuda.split(".")[0])
@@ -287,7 +287,7 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
                           distributions=(rules.windows_package,), requirement=requirement))
 
     # SageAttention: one wheel from the fork's releases, installed with --no-deps.
-    wheel, why_not = _pick_windows_wheel(index, target, build.cuda, gpus)
+    wheel, why_not = _pick_windows_wheel(index, target, build.cuda)
     if wheel is None:
         detail = (f"torch {torch_label} (CUDA {build.cuda}), Python {target.python_version}"
                   + (f"; {'; '.join(why_not)}" if why_not else ""))

@@ -124,16 +124,27 @@ def test_failed_build_leaves_the_venv_as_it_was(venv: tuple[Path, Path],
     assert (tmp_path / "logs" / "sageattention-build.log").is_file()
 
 
-def test_steps_the_executor_cannot_do_yet_are_refused_before_any_change(
-        venv: tuple[Path, Path], tmp_path: Path) -> None:
+def test_unknown_steps_are_refused_before_any_change(venv: tuple[Path, Path],
+                                                     tmp_path: Path) -> None:
     python, _site = venv
     bundle = Step("bundle-runtime", "Runtime", "why", ("sagedoctor-runtime",))
-    enable = Step("enable-invokeai", "Enable", "why", config=(("attention_backend", "sage"),))
+    unknown = Step("frobnicate", "A step from a newer sagedoctor", "why")
     before = installed_distributions(python)
-    with pytest.raises(InstallError, match="cannot yet carry out: enable-invokeai"):
-        Executor(plan(python, bundle, enable), lambda _m: None, tmp_path / "w",
+    with pytest.raises(InstallError, match="cannot yet carry out: frobnicate"):
+        Executor(plan(python, bundle, unknown), lambda _m: None, tmp_path / "w",
                  tmp_path / "l").run("0.1.0")
     assert installed_distributions(python) == before
+
+
+def test_invokeai_setting_is_spelled_out_not_silently_skipped(venv: tuple[Path, Path],
+                                                              tmp_path: Path) -> None:
+    python, _site = venv
+    enable = Step("enable-invokeai", "Enable", "why", paths=("/x/invokeai.yaml",),
+                  config=(("attention_backend", "sage"),))
+    messages: list[str] = []
+    Executor(plan(python, enable), messages.append, tmp_path / "w", tmp_path / "l").run("0.1.0")
+    assert any("set `attention_backend: sage` in /x/invokeai.yaml by hand" in m
+               for m in messages)
 
 
 def test_unexpected_changes_names_each_distribution() -> None:

@@ -23,7 +23,8 @@ from .source_build import build_wheel
 
 Progress = Callable[[str], None]
 SUPPORTED = frozenset({"uninstall", "remove-leftovers", "install", "install-wheel",
-                       "install-from-index", "build-from-source", "bundle-runtime", "verify"})
+                       "install-from-index", "build-from-source", "bundle-runtime",
+                       "enable-invokeai", "verify"})
 _LIST_DISTS = ("import json, importlib.metadata as m\n"
                "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions() "
                "if d.metadata['Name']}))")
@@ -122,6 +123,12 @@ class Executor:
                 self._build(step)
         elif step.action == "build-from-source":
             self._build(step)
+        elif step.action == "enable-invokeai":
+            # Editing invokeai.yaml (keeping its comments) is not done yet: say exactly what to
+            # change rather than stopping the install.
+            settings = ", ".join(f"{k}: {v}" for k, v in step.config)
+            where = step.paths[0] if step.paths else "invokeai.yaml"
+            self.progress(f"not changed by sagedoctor yet: set `{settings}` in {where} by hand")
         elif step.action == "bundle-runtime":
             wheel = build_runtime_wheel(self.work / "runtime", runtime_version)
             self.installer.install([str(wheel)], reinstall=True)
