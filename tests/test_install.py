@@ -124,6 +124,19 @@ def test_failed_build_leaves_the_venv_as_it_was(venv: tuple[Path, Path],
     assert (tmp_path / "logs" / "sageattention-build.log").is_file()
 
 
+def test_a_failed_build_happens_before_sageattention_1_is_removed(venv: tuple[Path, Path],
+                                                                  tmp_path: Path) -> None:
+    python, site = venv
+    add_dist(site, "sageattention", "1.0.6", {"sageattention/__init__.py": ""})
+    uninstall = Step("uninstall", "Uninstall SageAttention 1", "why", ("sageattention",))
+    build = Step("build-from-source", "Build", "why", ("sageattention",),
+                 build=settings_for(fake_source(tmp_path / "src", fail=True)))
+    with pytest.raises(InstallError, match=r"step 2 .*simulated compiler failure"):
+        Executor(plan(python, uninstall, build), lambda _m: None, tmp_path / "w",
+                 tmp_path / "l").run("0.1.0")
+    assert installed_distributions(python)["sageattention"] == "1.0.6"
+
+
 def test_unknown_steps_are_refused_before_any_change(venv: tuple[Path, Path],
                                                      tmp_path: Path) -> None:
     python, _site = venv

@@ -1,7 +1,8 @@
 """Carry out a Plan step by step, proving afterwards that nothing outside the plan changed.
 
-A failed step stops the run and says what was already done; the source build happens before
-the venv is touched, so a failed build leaves the venv as it was.
+Downloads and source builds all happen before the venv is touched, so a failed download,
+digest or build leaves the venv as it was; a later failed step stops the run and says what was
+already done.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from packaging.utils import canonicalize_name
 
@@ -22,6 +25,7 @@ from .runner import Installer, InstallError
 from .source_build import build_wheel
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 SUPPORTED = frozenset({"uninstall", "remove-leftovers", "install", "install-wheel",
                        "install-from-index", "build-from-source", "bundle-runtime",
                        "enable-invokeai", "verify"})
@@ -72,16 +76,19 @@ class Executor:
                                "nothing was changed; do that step by hand (see `sagedoctor "
                                "plan`)")
         before = installed_distributions(self.python)
+        total = len(self.plan.steps)
+        # Downloads and builds first: the venv changes only once every wheel exists.
+        prepared: dict[int, Path] = {}
+        for number, step in enumerate(self.plan.steps, 1):
+            if step.action in ("install-wheel", "build-from-source"):
+                self.progress(f"[{number}/{total}] preparing: {step.title}")
+                prepared[number] = self._guarded(number, step, partial(self._prepare, step))
         for number, step in enumerate(self.plan.steps, 1):
             if step.action == "verify":
                 continue  # the caller verifies, after the proof below
-            self.progress(f"[{number}/{len(self.plan.steps)}] {step.title}")
-            try:
-                self._step(step, runtime_version)
-            except InstallError as exc:
-                done = "; ".join(self.done) or "nothing"
-                raise InstallError(f"step {number} ({step.title}) failed: {exc.message}",
-                                   f"{exc.fix} Already done: {done}.") from exc
+            self.progress(f"[{number}/{total}] {step.title}")
+            wheel = prepared.get(number)
+            self._guarded(number, step, partial(self._step, step, runtime_version, wheel))
             self.done.append(step.title)
         after = installed_distributions(self.python)
         changed = unexpected_changes(before, after, self.plan.changed_distributions)
@@ -89,11 +96,30 @@ class Executor:
             raise InstallError("distributions outside the plan changed: " + "; ".join(changed),
                                "restore them with the venv's installer; please report this")
 
-    def _step(self, step: Step, runtime_version: str) -> None:
+    def _guarded(self, number: int, step: Step, action: Callable[[], T]) -> T:
+        try:
+            return action()
+        except InstallError as exc:
+            done = "; ".join(self.done) or "nothing"
+            raise InstallError(f"step {number} ({step.title}) failed: {exc.message}",
+                               f"{exc.fix} Already done: {done}.") from exc
+
+    def _prepare(self, step: Step) -> Path:
+        """A wheel on disk for this step, downloaded and checked, or built."""
+        if step.wheel is not None:
+            path = self.work / step.wheel.file
+            self.progress(f"downloading {step.wheel.url}")
+            got = download(step.wheel.url, path, step.wheel.sha256)
+            self.progress(f"sha256 {got}" + (" (matches the index)" if step.wheel.sha256 else
+                                             " (not in the index; recorded)"))
+            return path
+        return self._build_wheel(step)
+
+    def _step(self, step: Step, runtime_version: str, wheel: Path | None) -> None:
         if step.action == "uninstall":
             self.installer.uninstall(list(step.distributions))
         elif step.action == "remove-leftovers":
-            backup = self.work / "leftovers"
+            backup = self.log_dir / "leftovers"  # kept: nothing of the user's is deleted
             backup.mkdir(exist_ok=True)
             for path in map(Path, step.paths):
                 if path.exists():
@@ -102,14 +128,9 @@ class Executor:
         elif step.action == "install":
             assert step.requirement is not None
             self.installer.install([step.requirement], reinstall=True)
-        elif step.action == "install-wheel":
-            assert step.wheel is not None
-            path = self.work / step.wheel.file
-            self.progress(f"downloading {step.wheel.url}")
-            got = download(step.wheel.url, path, step.wheel.sha256)
-            self.progress(f"sha256 {got}" + (" (matches the index)" if step.wheel.sha256 else
-                                             " (not in the index; recorded)"))
-            self.installer.install([str(path)], reinstall=True)
+        elif step.action in ("install-wheel", "build-from-source"):
+            assert wheel is not None
+            self.installer.install([str(wheel)], reinstall=True)
         elif step.action == "install-from-index":
             assert step.requirement is not None
             try:
@@ -120,9 +141,7 @@ class Executor:
                     raise
                 self.progress(f"{step.index_url} did not serve it ({exc.message[:120]}); "
                               "building from source")
-                self._build(step)
-        elif step.action == "build-from-source":
-            self._build(step)
+                self.installer.install([str(self._build_wheel(step))], reinstall=True)
         elif step.action == "enable-invokeai":
             # Editing invokeai.yaml (keeping its comments) is not done yet: say exactly what to
             # change rather than stopping the install.
@@ -133,7 +152,7 @@ class Executor:
             wheel = build_runtime_wheel(self.work / "runtime", runtime_version)
             self.installer.install([str(wheel)], reinstall=True)
 
-    def _build(self, step: Step) -> None:
+    def _build_wheel(self, step: Step) -> Path:
         settings = step.build
         assert settings is not None
         source = Path(settings.source)
@@ -143,9 +162,8 @@ class Executor:
             download(settings.source, archive, None)
             source = extract_source(archive, self.work / "archive")
         log_path = self.log_dir / "sageattention-build.log"
-        wheel = build_wheel(self.python, settings, source, self.work, log_path, self.progress,
-                            self.installer)
-        self.installer.install([str(wheel)], reinstall=True)
+        return build_wheel(self.python, settings, source, self.work, log_path, self.progress,
+                           self.installer)
 
 
 def execute_plan(plan: Plan, progress: Progress, log_dir: Path, runtime_version: str) -> None:
