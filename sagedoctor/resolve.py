@@ -498,6 +498,9 @@ def resolve_plan(facts: Facts, index: WheelIndex,
     steps = _cleanup_steps(target)
     if os_name == "windows":
         more, notes, problems = _resolve_windows(facts, target, index, gpus)
+        if options.source_dir:
+            notes.append(f"--source {options.source_dir} is not used on Windows: the fork's "
+                         "prebuilt wheels need no compiler")
     else:
         more, notes, problems = _resolve_linux(facts, target, index, gpus, options)
     if problems:

@@ -209,6 +209,8 @@ CASES: dict[str, tuple[Facts, ResolveOptions, Expect]] = {
                                      Expect(("install-wheel", "verify"), POST6_130)),
     "win-python38": (machine(python="3.8.10", torch="2.4.1+cu124"), ResolveOptions(),
                      Expect(blocked=("SD133",))),
+    "win-source-ignored": (machine(), ResolveOptions(source_dir="C:\\src\\Sage"),
+                           Expect(WNT, POST6_130, notes=("is not used on Windows",))),
     "win-invokeai-backend": (machine(sage="2.2.0+cu130torch2.10.0andhigher.post6",
                                      runtime=RUNTIME, invokeai_choices=("torch-sdp", "sage")),
                              ResolveOptions(), Expect(("enable-invokeai", "verify"))),
