@@ -54,6 +54,7 @@ class BuildSettings:
     ext_parallel: int
     nvcc_threads: int
     build_requires: tuple[str, ...]  # installed into a private folder, not the venv
+    source_sha256: str | None = None  # the archive's digest, where the index knows it
 
     @property
     def env(self) -> tuple[tuple[str, str], ...]:
@@ -442,7 +443,8 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
     settings = BuildSettings(
         source=source, commit=None if options.source_dir else index.build.commit,
         arch_list=";".join(archs), cuda_home=cuda_home, max_jobs=jobs, ext_parallel=ext,
-        nvcc_threads=threads, build_requires=index.build.build_requires)
+        nvcc_threads=threads, build_requires=index.build.build_requires,
+        source_sha256=None if options.source_dir else index.build.archive_sha256)
     arch_why = (f"TORCH_CUDA_ARCH_LIST={settings.arch_list}: "
                 + ", ".join(gpu_label(g) for g in gpus if g.compute_capability in archs))
     if options.source_dir:

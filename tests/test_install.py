@@ -4,8 +4,10 @@ environment, a failed build that changes nothing, downloads with digests, and th
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -19,7 +21,7 @@ from sagedoctor.install.execute import (
     installed_distributions,
     unexpected_changes,
 )
-from sagedoctor.install.fetch import download
+from sagedoctor.install.fetch import download, extract_source
 from sagedoctor.install.runner import Installer, InstallError
 from sagedoctor.resolve import BuildSettings, Plan, Step
 from tests.standins import add_dist, clean_env, local_server, make_venv, run_cli, venv_python
@@ -203,6 +205,28 @@ def test_download_keeps_a_file_only_when_its_digest_matches(server: str, tmp_pat
     assert not other.exists() and not list(tmp_path.glob("*.part"))
     with pytest.raises(InstallError, match="HTTP 404"):
         download(f"{server}/missing.whl", other, None, allow_http_host="127.0.0.1")
+
+
+def _tarball(path: Path, members: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_source_archive_unpacks_to_its_one_folder(tmp_path: Path) -> None:
+    archive = _tarball(tmp_path / "src.tar.gz", {"SageAttention-d1a57a5/setup.py": b"x"})
+    root = extract_source(archive, tmp_path / "out")
+    assert root.name == "SageAttention-d1a57a5" and (root / "setup.py").read_bytes() == b"x"
+
+
+def test_hostile_source_archive_is_refused(tmp_path: Path) -> None:
+    archive = _tarball(tmp_path / "evil.tar.gz", {"../escaped.py": b"x"})
+    with pytest.raises(InstallError, match="could not be unpacked safely"):
+        extract_source(archive, tmp_path / "out")
+    assert not (tmp_path / "escaped.py").exists()
 
 
 def test_download_refuses_plain_http(server: str, tmp_path: Path) -> None:

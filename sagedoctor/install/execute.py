@@ -159,7 +159,9 @@ class Executor:
         if settings.source.startswith("https://"):
             archive = self.work / "source.tar.gz"
             self.progress(f"downloading {settings.source}")
-            download(settings.source, archive, None)
+            got = download(settings.source, archive, settings.source_sha256)
+            self.progress(f"sha256 {got}" + (" (matches the index)" if settings.source_sha256
+                                             else " (the index has none; recorded here)"))
             source = extract_source(archive, self.work / "archive")
         log_path = self.log_dir / "sageattention-build.log"
         return build_wheel(self.python, settings, source, self.work, log_path, self.progress,

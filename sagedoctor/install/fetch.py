@@ -46,8 +46,21 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
 
 def extract_source(archive: Path, dest: Path) -> Path:
     """Unpack a source .tar.gz safely (no absolute paths, links out or devices)."""
-    with tarfile.open(archive, "r:gz") as tar:
-        tar.extractall(dest, filter="data")
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")
+            else:  # Python < 3.10.12 / 3.11.4: the same rules by hand
+                for member in tar.getmembers():
+                    parts = Path(member.name).parts
+                    if (member.name.startswith(("/", "\\")) or ".." in parts
+                            or not (member.isfile() or member.isdir())):
+                        raise tarfile.TarError(f"unsafe member {member.name!r}")
+                tar.extractall(dest)
+    except (tarfile.TarError, OSError) as exc:
+        raise InstallError(f"{archive.name} could not be unpacked safely: {exc}",
+                           "nothing was installed; the archive may be damaged or hostile") \
+            from exc
     roots = [p for p in dest.iterdir() if p.is_dir()]
     if len(roots) != 1:
         raise InstallError(f"{archive.name} does not hold one source folder", "")
