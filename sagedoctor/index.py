@@ -141,7 +141,7 @@ class WheelIndex:
 
 # --- strict table reading ----------------------------------------------------------------
 
-class _Table:
+class TomlTable:
     """Reads keys from one TOML table, then rejects whatever was not read."""
 
     def __init__(self, data: object, where: str, source: str) -> None:
@@ -180,14 +180,14 @@ class _Table:
             raise self.fail(f"{key!r} must be a list of strings")
         return tuple(value)
 
-    def table(self, key: str, required: bool = True) -> _Table | None:
+    def table(self, key: str, required: bool = True) -> TomlTable | None:
         value = self._get(key, dict, required)
-        return None if value is None else _Table(value, f"{self.where}.{key}".lstrip("."),
+        return None if value is None else TomlTable(value, f"{self.where}.{key}".lstrip("."),
                                                  self.source)
 
-    def tables(self, key: str, required: bool = True) -> list[_Table]:
+    def tables(self, key: str, required: bool = True) -> list[TomlTable]:
         value = self._get(key, list, required) or []
-        return [_Table(v, f"{self.where}.{key}[{i}]".lstrip("."), self.source)
+        return [TomlTable(v, f"{self.where}.{key}[{i}]".lstrip("."), self.source)
                 for i, v in enumerate(value)]
 
     def done(self) -> None:
@@ -196,28 +196,28 @@ class _Table:
             raise self.fail(f"unknown key(s) {', '.join(unknown)}")
 
 
-def _https(table: _Table, key: str, url: str) -> str:
+def _https(table: TomlTable, key: str, url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme != "https" or not parts.netloc:
         raise table.fail(f"{key!r} must be an https URL, got {url!r}")
     return url
 
 
-def _spec(table: _Table, key: str, text: str) -> SpecifierSet:
+def _spec(table: TomlTable, key: str, text: str) -> SpecifierSet:
     try:
         return SpecifierSet(text)
     except InvalidSpecifier:
         raise table.fail(f"{key!r} is not a version specifier: {text!r}") from None
 
 
-def _minor(table: _Table, key: str, text: str) -> tuple[int, int]:
+def _minor(table: TomlTable, key: str, text: str) -> tuple[int, int]:
     match = re.fullmatch(r"(\d+)\.(\d+)", text)
     if match is None:
         raise table.fail(f"{key!r} must be MAJOR.MINOR, got {text!r}")
     return int(match.group(1)), int(match.group(2))
 
 
-def _cc(table: _Table, key: str, values: tuple[str, ...]) -> tuple[str, ...]:
+def _cc(table: TomlTable, key: str, values: tuple[str, ...]) -> tuple[str, ...]:
     for value in values:
         if compat.cc_tuple(value) is None:
             raise table.fail(f"{key!r}: {value!r} is not a compute capability like 8.9")
@@ -226,7 +226,7 @@ def _cc(table: _Table, key: str, values: tuple[str, ...]) -> tuple[str, ...]:
 
 # --- sections ------------------------------------------------------------------------------
 
-def _triton(table: _Table) -> TritonRules:
+def _triton(table: TomlTable) -> TritonRules:
     pairs = []
     for row in table.tables("pairs"):
         torch = _minor(row, "torch", row.text("torch"))
@@ -249,7 +249,7 @@ def _triton(table: _Table) -> TritonRules:
     return rules
 
 
-def _windows_wheel(row: _Table, release_base: str) -> WindowsWheel:
+def parse_windows_wheel(row: TomlTable, release_base: str) -> WindowsWheel:
     file = row.text("file")
     row.where = f"{row.where} ({file})"
     try:
@@ -299,7 +299,7 @@ def _windows_wheel(row: _Table, release_base: str) -> WindowsWheel:
     )
 
 
-def _source(table: _Table) -> SourceSpec:
+def _source(table: TomlTable) -> SourceSpec:
     repository = _https(table, "repository", table.text("repository"))
     commit = table.text("commit")
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
@@ -339,7 +339,7 @@ def _source(table: _Table) -> SourceSpec:
     return spec
 
 
-def _linux_index(row: _Table) -> LinuxIndex:
+def _linux_index(row: TomlTable) -> LinuxIndex:
     entry = LinuxIndex(
         name=row.text("name"),
         url=_https(row, "url", row.text("url")),
@@ -357,7 +357,7 @@ def _linux_index(row: _Table) -> LinuxIndex:
 
 
 def parse_index(data: object, source: str) -> WheelIndex:
-    top = _Table(data, "", source)
+    top = TomlTable(data, "", source)
     version = top._get("schema_version", int, True)
     if version != INDEX_SCHEMA_VERSION:
         raise top.fail(f"schema_version {version} is not supported "
@@ -375,7 +375,7 @@ def parse_index(data: object, source: str) -> WheelIndex:
     release_base = _https(windows, "release_base", windows.text("release_base"))
     if not release_base.endswith("/"):
         raise windows.fail("release_base must end with '/'")
-    wheels = tuple(_windows_wheel(row, release_base) for row in windows.tables("wheels"))
+    wheels = tuple(parse_windows_wheel(row, release_base) for row in windows.tables("wheels"))
     files = [w.file for w in wheels]
     if len(set(files)) != len(files):
         raise windows.fail("a wheel is listed twice")

@@ -21,13 +21,13 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from . import compat
 from .errors import SagedoctorError
 from .index import (
+    TomlTable,
     WheelIndex,
     WindowsWheel,
-    _Table,
-    _windows_wheel,
     load_index_file,
     parse_index,
     parse_toml,
+    parse_windows_wheel,
     spec_text,
 )
 
@@ -131,7 +131,7 @@ def wheels_from_releases(releases: list[Any], index: WheelIndex) -> tuple[list[W
             if tag in problems_by_release:
                 entry["problems"] = list(problems_by_release[tag])
             try:
-                out.append(_windows_wheel(_Table(entry, f"release {tag}", "GitHub API"),
+                out.append(parse_windows_wheel(TomlTable(entry, f"release {tag}", "GitHub API"),
                                           index.release_base))
             except SagedoctorError as exc:
                 skipped.append(f"{name}: {exc.message}")
