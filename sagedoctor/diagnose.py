@@ -57,7 +57,7 @@ def _os_name(facts: Facts) -> str:
     return facts.system.os if facts.system else "linux"
 
 
-def _build(torch: TorchFacts) -> compat.TorchBuild:
+def torch_build_of(torch: TorchFacts) -> compat.TorchBuild:
     return compat.torch_build(torch.version, torch.full_version, torch.cuda, torch.hip)
 
 
@@ -142,7 +142,7 @@ def check_gpu(gpu: GpuFacts, os_name: str, target: TargetFacts | None) -> list[F
 
     torch = target.torch if target else None
     if torch is not None:
-        build = _build(torch)
+        build = torch_build_of(torch)
         major = build.cuda_major
         if build.kind == "cuda" and major is not None:
             minimum = compat.min_driver_for_cuda(major, os_name)
@@ -197,7 +197,7 @@ def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list
     torch = target.torch
     if torch is None:
         return [finding("SD141", "error", f"no torch in {target.prefix}")]
-    build = _build(torch)
+    build = torch_build_of(torch)
     nvidia = gpu.nvidia if gpu else ()
     out: list[Finding] = []
     public = compat.parse_version(torch.version)
@@ -242,7 +242,7 @@ def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
     torch = target.torch
     if torch is None:
         return [finding("SD150", "info", "not matched: no torch installed"), *out]
-    build = _build(torch)
+    build = torch_build_of(torch)
     if build.kind != "cuda":
         return [finding("SD150", "info", f"not matched: torch {build.label} is not a CUDA build"),
                 *out]
@@ -292,7 +292,7 @@ def check_sageattention(target: TargetFacts, gpu: GpuFacts | None, os_name: str)
         out.append(finding("SD166", "info", f"sageattention {sage.version}",
                            f"sagedoctor verify --venv {_venv_arg(target, os_name)}"))
     elif torch is not None:
-        tb = _build(torch)
+        tb = torch_build_of(torch)
         built_torch = ".".join(map(str, build.torch)) + (" or newer" if build.and_higher else "")
         if tb.cuda_major is not None and tb.cuda_major != build.cuda_major:
             out.append(finding(
@@ -339,7 +339,7 @@ def check_toolchain(tool: ToolchainFacts, target: TargetFacts | None, gpu: GpuFa
                                    f"needed for {gpu_label(g)}{why}"))
         torch = target.torch if target else None
         if torch is not None and nvcc is not None:
-            tb = _build(torch)
+            tb = torch_build_of(torch)
             if tb.cuda_major is not None and tb.cuda_major != nvcc.release[0]:
                 out.append(finding("SD173", severity, f"nvcc {tool.nvcc_version} (CUDA "
                                    f"{nvcc.release[0]}) vs torch {tb.label} (CUDA {tb.cuda})"

@@ -13,7 +13,7 @@ from packaging.tags import cpython_tags
 from packaging.version import Version
 
 from . import __version__, compat
-from .diagnose import diagnose, gpu_label, quote, usable_gpus
+from .diagnose import diagnose, gpu_label, quote, torch_build_of, usable_gpus
 from .facts import Facts, Gpu, TargetFacts
 from .findings import Finding, finding
 from .index import LinuxIndex, WheelIndex, WindowsWheel, spec_text, wheel_supported_by
@@ -250,8 +250,7 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
     assert target.torch is not None
     steps: list[Step] = []
     notes: list[str] = []
-    build = compat.torch_build(target.torch.version, target.torch.full_version,
-                               target.torch.cuda, target.torch.hip)
+    build = torch_build_of(target.torch)
     torch_label = build.label
     if build.cuda is None:
         return [], [], [finding("SD201", "error", f"torch {torch_label}: CUDA version unknown")]
@@ -368,8 +367,7 @@ def _linux_sage_is_correct(target: TargetFacts, gpus: list[Gpu]) -> bool:
         return False
     label = compat.parse_sage_local(sage.version)
     if label is not None:
-        build = compat.torch_build(target.torch.version, target.torch.full_version,
-                                   target.torch.cuda, target.torch.hip)
+        build = torch_build_of(target.torch)
         if label.cuda_major != build.cuda_major or not compat.sage_serves_torch(
                 label, target.torch.version):
             return False
@@ -410,8 +408,7 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
     assert target.torch is not None and facts.system is not None
     steps: list[Step] = []
     notes: list[str] = []
-    build = compat.torch_build(target.torch.version, target.torch.full_version,
-                               target.torch.cuda, target.torch.hip)
+    build = torch_build_of(target.torch)
     pair = index.triton.pair_for(target.torch.version)
     have_triton = compat.minor_of(target.triton)
     if pair is not None and pair.linux is not None and have_triton != pair.linux:

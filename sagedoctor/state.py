@@ -31,11 +31,3 @@ def record_verification(prefix: Path, python: Path, verdict: str, fingerprint: d
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
-
-
-def load_verification(prefix: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(state_path(prefix).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("prefix") == str(prefix) else None

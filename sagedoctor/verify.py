@@ -4,13 +4,13 @@ the calibration the runtime reads and a verdict for state."""
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import SagedoctorError
 from .install.bundle import PACKAGE
+from .proc import ToolMissing, ToolTimeout, run_tool
 
 
 class VerifyError(SagedoctorError):
@@ -41,10 +41,12 @@ class KeyResult:
 def run_selftest(python: Path, quick: bool, timeout: float = 1800) -> dict[str, Any]:
     argv = [str(python), "-m", f"{PACKAGE}.selftest", "--json"] + (["--quick"] if quick else [])
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              check=False)
-    except subprocess.TimeoutExpired:
+        done = run_tool(argv, timeout=timeout)
+    except ToolTimeout:
         raise VerifyError(f"the self-test did not finish within {timeout:.0f} s", "") from None
+    except ToolMissing:
+        raise VerifyError(f"{python} does not exist", "pass --venv DIR or --python EXE") \
+            from None
     if done.returncode != 0:
         raise VerifyError(f"the self-test failed: {done.stderr.strip()[-400:]}",
                           f"run `sagedoctor install --venv {python.parent.parent}` to bundle "

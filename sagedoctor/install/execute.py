@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable
 from functools import partial
@@ -18,6 +17,7 @@ from typing import TypeVar
 
 from packaging.utils import canonicalize_name
 
+from ..proc import ToolMissing, ToolTimeout, run_tool
 from ..resolve import Plan, Step
 from .bundle import build_runtime_wheel
 from .fetch import download, extract_source
@@ -35,12 +35,14 @@ _LIST_DISTS = ("import json, importlib.metadata as m\n"
 
 
 def installed_distributions(python: Path) -> dict[str, str]:
-    done = subprocess.run([str(python), "-I", "-c", _LIST_DISTS], capture_output=True,
-                          text=True, check=False, timeout=120)
-    if done.returncode != 0:
+    try:
+        done = run_tool([str(python), "-I", "-c", _LIST_DISTS], timeout=120)
+        data = json.loads(done.stdout) if done.returncode == 0 else None
+    except (ToolMissing, ToolTimeout, ValueError) as exc:
+        raise InstallError(f"could not list the distributions of {python}: {exc}", "") from exc
+    if data is None:
         raise InstallError(f"could not list the distributions of {python}",
                            done.stderr.strip()[-300:])
-    data = json.loads(done.stdout)
     if not isinstance(data, dict):
         raise InstallError(f"{python} listed its distributions in an unexpected form", "")
     return {str(canonicalize_name(str(k))): str(v) for k, v in data.items()}

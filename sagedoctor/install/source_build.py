@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from ..proc import run_tool
 from ..resolve import BuildSettings
 from .runner import Installer, InstallError
 
@@ -45,8 +46,7 @@ def build_environment(base: Mapping[str, str], settings: BuildSettings,
 
 
 def _tools_present(python: Path) -> bool:
-    done = subprocess.run([str(python), "-c", _CHECK_TOOLS], capture_output=True, check=False)
-    return done.returncode == 0
+    return run_tool([str(python), "-c", _CHECK_TOOLS], timeout=60).returncode == 0
 
 
 def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,

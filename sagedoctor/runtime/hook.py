@@ -1,6 +1,6 @@
-"""The start-up hook: `sagedoctor enable` puts one line, `import <runtime>.hook`, in a .pth
-file of the venv. At interpreter start it only registers an import watcher; when
-`torch.nn.functional` is first imported it checks that the venv still matches what
+"""The start-up hook: `sagedoctor enable` puts one line in a .pth file of the venv that
+imports this module and calls `install()`. At interpreter start that only registers an import
+watcher; when `torch.nn.functional` is first imported it checks that the venv still matches what
 `sagedoctor verify` proved (Python, torch, triton, SageAttention) and, if so, puts a
 trampoline in place of `scaled_dot_product_attention` that switches the router on in global
 mode at the first call. Standard library only until then; never raises into the app.
@@ -56,7 +56,8 @@ def _warn(message: str) -> None:
     sys.stderr.write(f"sagedoctor: {message}\n")
 
 
-def _switched_off() -> bool:
+def runtime_switched_off() -> bool:
+    """SAGEDOCTOR_RUNTIME=off (or 0, false, no, sdpa): scope, global mode and hook stay off."""
     return os.environ.get(OFF_ENV, "").strip().lower() in ("off", "0", "false", "no", "sdpa")
 
 
@@ -152,7 +153,7 @@ def _on_functional_loaded(module: ModuleType) -> None:
 
 
 def install() -> None:
-    if _switched_off():
+    if runtime_switched_off():
         return
     loaded = sys.modules.get(TARGET)
     if loaded is not None:
@@ -160,6 +161,3 @@ def install() -> None:
     elif not any(isinstance(f, FunctionalWatcher) for f in sys.meta_path):
         sys.meta_path.insert(0, FunctionalWatcher())
 
-
-if __name__ != "__main__" and not __name__.startswith("sagedoctor."):
-    install()  # imported from the .pth line of an enabled venv

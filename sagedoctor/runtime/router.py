@@ -20,11 +20,11 @@ from typing import Any
 
 from .accuracy import Comparison, Thresholds, compare
 from .eligibility import REASONS, ineligible_reason
+from .hook import runtime_switched_off
 from .registry import KernelRegistry, KernelSpec, default_registry
 
 log = logging.getLogger("sagedoctor.runtime")
 
-OFF_ENV = "SAGEDOCTOR_RUNTIME"  # "off" forces the runtime off
 MIN_SEQ_LEN = 128  # below this no kernel is worth a check; padding dominates
 FAULTS_TO_RETIRE = 3
 CHECK_HEADS = 4  # the first-call check runs on batch 1 and at most this many heads
@@ -44,11 +44,6 @@ def _is_triton_fault(exc: BaseException) -> bool:
     module = type(exc).__module__ or ""
     text = str(exc).lower()
     return module.startswith("triton") or "triton" in text or "cuda_utils" in text
-
-
-def runtime_switched_off() -> bool:
-    value = os.environ.get(OFF_ENV, "").strip().lower()
-    return value in ("off", "0", "false", "no", "sdpa")
 
 
 class Router:
