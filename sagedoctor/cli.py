@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "the runtime uses. Exit 1 if no kernel is used.")
     _target_options(verify)
     verify.add_argument("--quick", action="store_true", help="a short sweep of lengths")
+    verify.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="run N times and report how far the runs agree")
     verify.add_argument("--json", action="store_true")
     verify.add_argument("-v", "--verbose", action="store_true")
     for name, text in (("enable", "switch the runtime on for every Python of the target venv "
@@ -174,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .commands.install import run_verify
 
             return run_verify(Path(target.executable), Path(target.prefix), args.quick,
-                              args.json)
+                              args.json, repeat=args.repeat)
     except SagedoctorError as exc:
         print(f"sagedoctor: error {exc.code}: {exc.message}", file=sys.stderr)
         if exc.fix:

@@ -1,5 +1,6 @@
 """Run the runtime self-test in the target interpreter, parse its report, and turn it into
-the calibration the runtime reads and a verdict for state."""
+the per-shape decisions the runtime reads, a verdict for state, and the record `check` and
+`plan` read back (a `sageattn()` found wrong on a GPU is remembered)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,17 @@ from typing import Any
 from .errors import SagedoctorError
 from .install.bundle import PACKAGE
 from .proc import ToolMissing, ToolTimeout, run_tool
+from .runtime.decisions import (
+    Calibration,
+    Decision,
+    build_fingerprint,
+    gpu_identity,
+    merge_into_file,
+    shape_key,
+)
+
+RECORD_FILE = "last-verify.json"
+FIRST_SCHEMA_HEADS = {64: 20, 128: 24}
 
 
 class VerifyError(SagedoctorError):
@@ -32,6 +44,14 @@ class KeyResult:
     auto_passed: bool | None  # what `sageattn()` itself picks: correct?
     auto_kernel: str | None
     rejected: tuple[str, ...]  # kernels that failed the check
+    gpu_id: str = ""  # UUID where the report has it
+    crossovers: tuple[tuple[str, int | None], ...] = ()  # per "batch x heads" of the sweep
+    routed: int = 0  # sweep points routed
+    measured: int = 0  # sweep points measured
+
+    @property
+    def routes(self) -> bool:
+        return bool(self.chosen) and self.routed > 0
 
     @property
     def calibration_key(self) -> str:
@@ -68,13 +88,18 @@ def parse_report(text: str) -> dict[str, Any]:
 def key_results(report: dict[str, Any]) -> list[KeyResult]:
     out = []
     for gpu in report["gpus"]:
+        gpu_id = gpu_identity(gpu.get("uuid"), str(gpu.get("name", "")), str(gpu["arch"]),
+                              int(gpu["index"]))
         for key in gpu.get("keys", []):
             kernels = key.get("kernels", [])
             chosen = next((k for k in kernels if k.get("name") == key.get("chosen")), None)
             normal = (chosen or {}).get("normal", {})
-            speedups = [p["speedup"] for p in key.get("sweep", [])
-                        if isinstance(p.get("speedup"), int | float)]
+            sweep = key.get("sweep", [])
+            speedups = [p["speedup"] for p in sweep if isinstance(p.get("speedup"), int | float)]
             auto = key.get("sageattn_auto", {})
+            crossovers = key.get("crossovers")
+            if not isinstance(crossovers, dict):
+                crossovers = {"": key.get("crossover")}
             out.append(KeyResult(
                 gpu=int(gpu["index"]), gpu_name=str(gpu.get("name", "")),
                 arch=str(gpu["arch"]), dtype=str(key["dtype"]), head_dim=int(key["head_dim"]),
@@ -83,30 +108,58 @@ def key_results(report: dict[str, Any]) -> list[KeyResult]:
                 crossover=key.get("crossover"),
                 auto_passed=auto.get("passed") if "passed" in auto else None,
                 auto_kernel=auto.get("kernel"),
-                rejected=tuple(k["name"] for k in kernels if not k.get("passed"))))
+                rejected=tuple(k["name"] for k in kernels if not k.get("passed")),
+                gpu_id=gpu_id,
+                crossovers=tuple((str(k), v if isinstance(v, int) else None)
+                                 for k, v in crossovers.items()),
+                routed=sum(1 for p in sweep if _point_routes(p)),
+                measured=len(sweep)))
     return out
 
 
-def calibration(results: list[KeyResult]) -> dict[str, Any]:
-    """What the runtime reads: per arch|dtype|head size, the length from which to route.
-    Several GPUs of one arch keep the most cautious (largest) crossover."""
-    crossovers: dict[str, int | None] = {}
-    for r in results:
-        value = r.crossover if r.chosen else None
-        key = r.calibration_key
-        if key in crossovers:
-            old = crossovers[key]
-            value = None if old is None or value is None else max(old, value)
-        crossovers[key] = value
-    return {"schema_version": 1, "crossovers": crossovers}
+def _point_routes(point: dict[str, Any]) -> bool:
+    """A sweep point's decision; reports of the first schema had no decision, only times."""
+    if "route" in point:
+        return point["route"] is True
+    kernel, sdpa = point.get("kernel_ms"), point.get("sdpa_ms")
+    return isinstance(kernel, int | float) and isinstance(sdpa, int | float) and kernel < sdpa
 
 
-def write_calibration(prefix: Path, data: dict[str, Any]) -> Path:
+def calibration(report: dict[str, Any], when: str = "") -> Calibration:
+    """The per-GPU, per-shape decisions of one self-test run, for the runtime's file."""
+    quick = bool((report.get("measure") or {}).get("quick"))
+    out = Calibration(build_fingerprint((report.get("fingerprint") or {}).get("dists") or {}))
+    for gpu in report["gpus"]:
+        gpu_id = gpu_identity(gpu.get("uuid"), str(gpu.get("name", "")), str(gpu["arch"]),
+                              int(gpu["index"]))
+        for key in gpu.get("keys", []):
+            if not key.get("chosen"):
+                continue  # no correct kernel: the router's own check keeps SDPA
+            for point in key.get("sweep", []):
+                # Reports of the first schema swept one head count per head size, batch 1.
+                point = {"batch": 1, "heads": FIRST_SCHEMA_HEADS.get(int(key["head_dim"]), 16),
+                         **point}
+                try:
+                    tokens, batch, heads = (int(point[n]) for n in ("tokens", "batch", "heads"))
+                    speedup = float(point["speedup"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                decision = Decision(
+                    route=_point_routes(point), kernel=str(key["chosen"]), speedup=speedup,
+                    low=float(point.get("low", speedup)), high=float(point.get("high", speedup)),
+                    rounds=int(point.get("rounds", 0)),
+                    source="verify-quick" if quick else "verify", measured_at=when)
+                out.put(gpu_id, shape_key(str(key["dtype"]), int(key["head_dim"]),
+                                          batch * heads, tokens, tokens, False),
+                        decision, str(gpu.get("name", "")), str(gpu["arch"]))
+    return out
+
+
+def write_calibration(prefix: Path, data: Calibration) -> Path:
+    """Merged into what is there: a quick run never replaces a full one's shapes, and a run
+    of another build replaces everything."""
     path = prefix / "sagedoctor" / "calibration.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    merge_into_file(str(path), data)
     return path
 
 
@@ -115,7 +168,7 @@ def verdict(report: dict[str, Any], results: list[KeyResult]) -> str:
     none correct; 'broken': SageAttention did not even import."""
     if report.get("import") != "ok" or report.get("error"):
         return "broken"
-    if any(r.chosen and r.crossover for r in results):
+    if any(r.routes for r in results):
         return "routing"
     return "sdpa-only"
 
@@ -139,8 +192,22 @@ def write_verified(prefix: Path, report: dict[str, Any], results: list[KeyResult
     return path
 
 
+def describe_routing(r: KeyResult) -> str:
+    """'from 9728 (1x24), from 12288 (1x40)', 'never', or 'at 5 of 19 lengths'."""
+    if not r.routes:
+        return "never"
+    parts = []
+    for shape, value in r.crossovers:
+        label = f" ({shape})" if shape else ""
+        parts.append(f"from {value}{label}" if value else f"some lengths{label}")
+    text = ", ".join(parts)
+    if r.measured and r.routed < r.measured:
+        text += f"; {r.routed} of {r.measured} shapes"
+    return text
+
+
 def render_table(results: list[KeyResult]) -> str:
-    head = ("GPU", "dtype", "D", "kernel", "cosine", "rel L2", "best speed-up", "routes from",
+    head = ("GPU", "dtype", "D", "kernel", "cosine", "rel L2", "best speed-up", "routes",
             "sageattn() auto")
     rows = [head]
     for r in results:
@@ -150,7 +217,7 @@ def render_table(results: list[KeyResult]) -> str:
             f"{r.cosine:.5f}" if r.cosine is not None else "-",
             f"{r.rel_l2:.4f}" if r.rel_l2 is not None else "-",
             f"{r.best_speedup:.2f}x" if r.best_speedup is not None else "-",
-            (f"{r.crossover} tokens" if r.crossover else "never") if r.chosen else "never",
+            describe_routing(r),
             {True: "correct", False: "WRONG", None: "n/a"}[r.auto_passed]
             + (f" ({r.auto_kernel})" if r.auto_kernel else ""),
         ))
@@ -158,3 +225,53 @@ def render_table(results: list[KeyResult]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def verify_record(report: dict[str, Any], results: list[KeyResult], outcome: str,
+                  when: str) -> dict[str, Any]:
+    """What `check` and `plan` read back: the verdict, the build it was measured on, and per
+    GPU whether `sageattn()` itself (what ComfyUI, KJNodes and diffusers call) was correct."""
+    gpus: dict[str, dict[str, Any]] = {}
+    for r in results:
+        entry = gpus.setdefault(r.gpu_id, {"index": r.gpu, "name": r.gpu_name, "arch": r.arch,
+                                           "sageattn_auto": {}})
+        entry["sageattn_auto"][f"{r.dtype}|{r.head_dim}"] = {"kernel": r.auto_kernel,
+                                                             "passed": r.auto_passed}
+    return {"schema_version": 1, "verified_at": when, "verdict": outcome,
+            "fingerprint": report.get("fingerprint", {}), "error": report.get("error"),
+            "gpus": gpus}
+
+
+def write_record(prefix: Path, record: dict[str, Any]) -> Path:
+    path = prefix / "sagedoctor" / RECORD_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def run_signature(results: list[KeyResult]) -> dict[str, Any]:
+    """One run's outcome, for `verify --repeat`: the verdict per key and every shape's
+    decision."""
+    return {f"{r.gpu_id}|{r.dtype}|{r.head_dim}": describe_routing(r) if r.chosen else "never"
+            for r in results}
+
+
+def agreement(runs: list[Calibration], signatures: list[dict[str, Any]]) -> dict[str, Any]:
+    """How far N runs agree: per key verdicts, per shape decisions, and the shapes that
+    flipped."""
+    keys = sorted({k for s in signatures for k in s})
+    key_agree = [k for k in keys if len({s.get(k) for s in signatures}) == 1]
+    shapes: dict[tuple[str, str], list[bool | None]] = {}
+    for i, run in enumerate(runs):
+        for gpu, entry in run.gpus.items():
+            for shape, decision in entry.decisions.items():
+                shapes.setdefault((gpu, shape), [None] * len(runs))[i] = decision.route
+    flipped = sorted(f"{gpu} {shape}: " + " ".join("route" if v else "sdpa" if v is False
+                                                    else "-" for v in values)
+                     for (gpu, shape), values in shapes.items() if len(set(values)) > 1)
+    return {"runs": len(runs), "keys": len(keys), "keys_agreeing": len(key_agree),
+            "shapes": len(shapes), "shapes_agreeing": len(shapes) - len(flipped),
+            "flipped": flipped,
+            "verdicts": {k: [s.get(k) for s in signatures] for k in keys}}

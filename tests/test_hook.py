@@ -137,7 +137,7 @@ def test_verify_without_a_gpu_reports_broken_and_leaves_the_hook_off(
     assert not (python.parent.parent / "sagedoctor" / "verified.json").exists()
     calibration = json.loads((python.parent.parent / "sagedoctor" / "calibration.json")
                              .read_text())
-    assert calibration["crossovers"] == {}
+    assert calibration["gpus"] == {}  # no GPU: no decision
     states = list((Path(env["HOME"]) / ".local" / "state" / "sagedoctor" / "venvs").glob("*.json"))
     assert len(states) == 1
     state = json.loads(states[0].read_text())

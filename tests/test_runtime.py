@@ -58,9 +58,9 @@ def router_with(*specs: KernelSpec, calibrated: bool = True, **kw: Any) -> Route
     registry = KernelRegistry()
     for s in specs:
         registry.register(s)
-    # crossover 0: route every verified call without timing (the timing path has its own tests)
-    calibration = {"cpu|bfloat16|64": 0, "cpu|bfloat16|128": 0} if calibrated else {}
-    return Router(registry=registry, calibration=calibration, **kw)
+    # calibrated: route every verified call without timing (the timing path has its own
+    # tests, here and in test_measure.py)
+    return Router(registry=registry, speed_check=not calibrated, **kw)
 
 
 def qkv(b: int = 1, h: int = 2, s: int = 256, d: int = 64, dtype: Any = BF16,
@@ -185,14 +185,23 @@ def test_without_calibration_a_faster_kernel_is_routed() -> None:
     assert router.stats()["routed"] == {"fast": 1}
 
 
-def test_calibration_routes_only_above_the_crossover() -> None:
-    router = router_with(spec("good", math_attention))
-    router.calibration["cpu|bfloat16|64"] = 512
+def test_stored_decisions_route_per_shape_without_timing(tmp_path: Any) -> None:
+    from sagedoctor.runtime.decisions import Calibration, Decision, shape_key
+
+    calls = Calls()
+    stored = Calibration()
+    for tokens, route in ((256, False), (1024, True)):
+        stored.put("cpu", shape_key("bfloat16", 64, 2, tokens, tokens, False),
+                   Decision(route, "good", 1.2 if route else 0.8, 1.1, 1.3, 10, "verify"))
+    router = router_with(spec("good", math_attention, calls), calibrated=False,
+                         calibration=stored)
     with sage_scope(router):
         F.scaled_dot_product_attention(*qkv(s=256))
         F.scaled_dot_product_attention(*qkv(s=1024))
     stats = router.stats()
     assert (stats["routed"], stats["sdpa"]) == ({"good": 1}, {"slower": 1})
+    assert stats["measured"]["shapes"] == 0  # both shapes were decided by the stored data
+    assert calls.n == 2  # one first-call check, one routed call: nothing was timed
 
 
 def test_scopes_nest_and_restore_the_original_even_on_error() -> None:

@@ -39,7 +39,8 @@ def test_the_broken_sm90_kernel_is_rejected_and_nothing_is_routed() -> None:
         assert r.crossover is None
         assert r.auto_passed is False  # what sageattn() itself picks is garbage
     assert verdict(report, results) == "sdpa-only"
-    assert set(calibration(results)["crossovers"].values()) == {None}
+    decisions = [d for g in calibration(report).gpus.values() for d in g.decisions.values()]
+    assert decisions and not any(d.route for d in decisions)
     table = render_table(results)
     assert "WRONG" in table and "never" in table and "sage_fp8_cuda_fp32fp16" in table
 
@@ -51,11 +52,14 @@ def test_the_good_build_routes_long_sequences_to_the_sm90_kernel() -> None:
     for r in results:
         assert r.chosen == "sage_fp8_sm90" and not r.rejected and r.auto_passed is True
         assert r.cosine is not None and r.cosine > 0.999
-    crossovers = calibration(results)["crossovers"]
-    # flux-1024 (4608 tokens) and SDXL (4096, D=64) stay on SDPA; flux-2048 (16896) and
-    # wan-720p (32760) at D=128 are routed.
-    assert 4608 < crossovers["9.0|bfloat16|128"] <= 16896
-    assert crossovers["9.0|bfloat16|64"] > 4096
+    cal = calibration(report)
+    (gpu,) = cal.gpus.values()
+    routed = {k for k, d in gpu.decisions.items() if d.route}
+    # A report of the first schema (no per-point decision): a point routes where the kernel
+    # was faster. Long D=128 shapes route, 1024 tokens never does.
+    assert "bfloat16|128|32|32768|32768|0" in routed
+    assert "bfloat16|128|32|1024|1024|0" not in routed
+    assert "bfloat16|64|32|1024|1024|0" not in routed
     assert report["fingerprint"]["dists"]["sageattention"] == "2.2.0"
 
 
@@ -64,7 +68,7 @@ def test_a_routing_verdict_writes_the_fingerprint_and_a_failing_one_removes_it(
     report = recorded()
     results = key_results(report)
     assert write_verified(tmp_path, report, results, "2026-12-02T00:00:00") is None
-    fast = [r.__class__(**{**r.__dict__, "crossover": 12288}) for r in results]
+    fast = [r.__class__(**{**r.__dict__, "crossover": 12288, "routed": 3}) for r in results]
     report["fingerprint"] = {"python": "3.12.3", "dists": {"torch": "2.11.0"}}
     path = write_verified(tmp_path, report, fast, "2026-12-02T00:00:00")
     assert path is not None
@@ -75,13 +79,44 @@ def test_a_routing_verdict_writes_the_fingerprint_and_a_failing_one_removes_it(
     assert not path.exists()  # a later failing verify switches the hook off
 
 
-def test_several_gpus_of_one_arch_keep_the_most_cautious_crossover() -> None:
-    base = key_results(recorded())[0]
-    a = base.__class__(**{**base.__dict__, "gpu": 0, "crossover": 8192})
-    b = base.__class__(**{**base.__dict__, "gpu": 1, "crossover": 16384})
-    c = base.__class__(**{**base.__dict__, "gpu": 2, "crossover": None})
-    assert calibration([a, b])["crossovers"][a.calibration_key] == 16384
-    assert calibration([a, c])["crossovers"][a.calibration_key] is None
+def test_decisions_are_kept_per_gpu_and_a_quick_run_does_not_replace_a_full_one(
+        tmp_path: Path) -> None:
+    from sagedoctor.runtime.decisions import load_calibration
+    from sagedoctor.verify import write_calibration
+
+    report = parse_report(RECORDED_MAIN.read_text(encoding="utf-8"))
+    second = json.loads(json.dumps(report["gpus"][0]))
+    second.update(index=1, uuid="GPU-second")
+    report["gpus"].append(second)
+    full = calibration(report, "2026-12-03T00:00:00")
+    assert len(full.gpus) == 2
+    path = write_calibration(tmp_path, full)
+    quick_report = json.loads(json.dumps(report))
+    quick_report["measure"] = {"quick": True}
+    for key in quick_report["gpus"][0]["keys"]:
+        for point in key["sweep"]:
+            point["route"] = False
+    write_calibration(tmp_path, calibration(quick_report, "2026-12-04T00:00:00"))
+    stored = load_calibration(str(path))
+    assert {d.source for g in stored.gpus.values() for d in g.decisions.values()} == {"verify"}
+    assert stored.to_json()["gpus"] == full.to_json()["gpus"]
+
+
+def test_repeated_runs_report_agreement_and_the_shapes_that_flipped() -> None:
+    from sagedoctor.verify import agreement, run_signature
+
+    report = parse_report(RECORDED_MAIN.read_text(encoding="utf-8"))
+    runs, signatures = [], []
+    for flip in (False, False, True):
+        copy = json.loads(json.dumps(report))
+        if flip:
+            copy["gpus"][0]["keys"][0]["sweep"][-1]["kernel_ms"] = 1e9
+        runs.append(calibration(copy))
+        signatures.append(run_signature(key_results(copy)))
+    result = agreement(runs, signatures)
+    assert result["runs"] == 3 and result["shapes"] > 10
+    assert result["shapes_agreeing"] == result["shapes"] - 1
+    assert len(result["flipped"]) == 1 and "route route sdpa" in result["flipped"][0]
 
 
 @pytest.mark.parametrize("text", ["", "not json", "[]", '{"schema_version": 2, "gpus": []}',

@@ -57,39 +57,48 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
 
 
 def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
-               out: TextIO | None = None) -> int:
+               out: TextIO | None = None, repeat: int = 1) -> int:
     import datetime
 
     from ..state import record_verification
     from ..verify import (
+        agreement,
         calibration,
         key_results,
         render_table,
         run_selftest,
+        run_signature,
         verdict,
+        verify_record,
         write_calibration,
+        write_record,
         write_verified,
     )
 
     stream = out or sys.stdout
-    report = run_selftest(python, quick)
-    results = key_results(report)
-    data = calibration(results)
-    path = write_calibration(prefix, data)
-    outcome = verdict(report, results)
-    when = datetime.datetime.now(datetime.timezone.utc).isoformat()
-    verified = write_verified(prefix, report, results, when)
-    record_verification(prefix, python, outcome, report.get("fingerprint", {}), data, when)
-    if as_json:
-        stream.write(json.dumps({"verdict": outcome, "report": report, "calibration": data,
-                                 "calibration_path": str(path),
-                                 "verified_path": str(verified) if verified else None},
-                                indent=2) + "\n")
-    else:
+    runs = []
+    signatures = []
+    for number in range(1, max(1, repeat) + 1):
+        report = run_selftest(python, quick)
+        results = key_results(report)
+        when = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        data = calibration(report, when)
+        runs.append(data)
+        signatures.append(run_signature(results))
+        path = write_calibration(prefix, data)
+        outcome = verdict(report, results)
+        verified = write_verified(prefix, report, results, when)
+        write_record(prefix, verify_record(report, results, outcome, when))
+        record_verification(prefix, python, outcome, report.get("fingerprint", {}),
+                            data.to_json(), when)
+        if as_json:
+            continue
+        if repeat > 1:
+            stream.write(f"run {number} of {repeat}:\n")
         stream.write(render_table(results))
         if report.get("error"):
             stream.write(f"self-test: {report['error']}\n")
-        stream.write(f"calibration written to {path}\n")
+        stream.write(f"decisions written to {path}\n")
         stream.write({
             "routing": "verdict: SageAttention is used where the table says; "
                        "`sagedoctor enable` switches it on for the whole venv",
@@ -98,4 +107,18 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
             "broken": "verdict: SageAttention does not work in this venv; run "
                       "`sagedoctor check` for the cause",
         }[outcome] + "\n")
-    return 0 if outcome == "routing" else 1
+    agreed = agreement(runs, signatures)
+    if as_json:
+        stream.write(json.dumps({"verdict": outcome, "report": report,
+                                 "calibration": data.to_json(),
+                                 "calibration_path": str(path),
+                                 "verified_path": str(verified) if verified else None,
+                                 "agreement": agreed}, indent=2) + "\n")
+    elif repeat > 1:
+        stream.write(f"agreement over {agreed['runs']} runs: verdicts {agreed['keys_agreeing']}"
+                     f" of {agreed['keys']} keys, decisions {agreed['shapes_agreeing']} of "
+                     f"{agreed['shapes']} shapes\n")
+        for line in agreed["flipped"]:
+            stream.write(f"  flipped: {line}\n")
+    stable = agreed["keys_agreeing"] == agreed["keys"]
+    return 0 if outcome == "routing" and stable else 1

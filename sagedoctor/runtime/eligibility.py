@@ -23,6 +23,7 @@ REASONS = {
     "compiling": "torch.compile tracing",
     "short": "short sequence",
     "slower": "SDPA faster here",
+    "unmeasured": "shape not timed (per-process budget spent)",
     "unverified": "no verified kernel",
     "retired": "device retired",
     "oom": "out of memory earlier",

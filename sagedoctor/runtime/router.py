@@ -11,16 +11,26 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .accuracy import Comparison, Thresholds, compare
+from .decisions import (
+    Calibration,
+    Decision,
+    GpuDecisions,
+    build_fingerprint,
+    gpu_identity,
+    load_calibration,
+    merge_into_file,
+    shape_key,
+)
 from .eligibility import REASONS, ineligible_reason
 from .hook import runtime_switched_off
+from .measure import LIVE, MeasureSettings, SpeedResult, Timer, measure_pair, timer_for
 from .registry import KernelRegistry, KernelSpec, default_registry
 
 log = logging.getLogger("sagedoctor.runtime")
@@ -28,8 +38,15 @@ log = logging.getLogger("sagedoctor.runtime")
 MIN_SEQ_LEN = 128  # below this no kernel is worth a check; padding dominates
 FAULTS_TO_RETIRE = 3
 CHECK_HEADS = 4  # the first-call check runs on batch 1 and at most this many heads
+MAX_LIVE_MEASUREMENTS = 64  # new shapes timed per process; a diffusion run has a handful
 
 Key = tuple[str, str, int]  # (device, dtype, head_dim)
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -51,24 +68,37 @@ class Router:
         self,
         registry: KernelRegistry | None = None,
         thresholds: Thresholds | None = None,
-        calibration: Mapping[str, int | None] | None = None,
+        calibration: Calibration | None = None,
         min_seq_len: int = MIN_SEQ_LEN,
-        timing_reps: int = 3,
+        *,
+        calibration_path: str | None = None,
+        speed_check: bool = True,
+        live_settings: MeasureSettings | None = None,
+        timer_for: Callable[[Any], Timer] = timer_for,
+        max_live_measurements: int = MAX_LIVE_MEASUREMENTS,
     ) -> None:
         self.registry = registry or default_registry()
         self.thresholds = thresholds or Thresholds.from_env()
-        # "arch|dtype|head_dim" -> the shortest query length where the kernel wins (None: never)
-        self.calibration = dict(calibration or {})
+        # Per GPU and shape: route or not, as verify (or an earlier run) measured it.
+        self.calibration = calibration or Calibration()
+        # Where shapes measured in this process are written for the next run (None: nowhere).
+        self.calibration_path = calibration_path
         self.min_seq_len = min_seq_len
-        self.timing_reps = timing_reps
+        self.speed_check = speed_check
+        self.live_settings = (live_settings or LIVE).with_env()
+        self.timer_for = timer_for
+        self.live_left = max_live_measurements
         self.original: Callable[..., Any] | None = None
         self._lock = threading.RLock()
         self._local = threading.local()
         self._depth = 0
         self._global = False
         self._keys: dict[Key, KernelSpec | None] = {}  # the verified kernel, None: SDPA
-        self._speed: dict[tuple[Key, int], bool] = {}
+        self._shapes: dict[tuple[str, str], bool] = {}  # (device, shape key) -> route
         self._arch: dict[str, tuple[int, int] | None] = {}
+        self._gpu: dict[str, tuple[str, str]] = {}  # device -> (GPU identity, name)
+        self._measured = 0
+        self._measure_s = 0.0
         self._device_faults: Counter[str] = Counter()
         self._retired: set[str] = set()
         self._oom_blocked = False
@@ -239,9 +269,9 @@ class Router:
             spec = self._first_call_check(key, q, k, v, is_causal, scale)
         if spec is None:
             return "unverified", None
-        wins = self._kernel_wins(key, spec, q, k, v, is_causal, scale)
-        if not wins:
-            return "slower", None
+        slower = self._kernel_wins(key, spec, q, k, v, is_causal, scale)
+        if slower is not None:
+            return slower, None
         return self._run(spec, key, q, k, v, is_causal, scale)
 
     def _run(self, spec: KernelSpec, key: Key, q: Any, k: Any, v: Any, is_causal: bool,
@@ -261,10 +291,14 @@ class Router:
     def _fault(self, spec: KernelSpec, device: str, exc: Exception) -> str:
         with self._lock:
             if _is_oom(exc):
-                self._oom_blocked = True
+                # Inside a scope (one generation) the rest of it goes to SDPA; in global mode,
+                # with no scope to end, only this call does, or one OOM would end routing for
+                # the life of the process.
+                in_scope = getattr(self._local, "depth", 0) > 0
+                self._oom_blocked = self._oom_blocked or in_scope
                 self._log_once(f"oom:{device}", logging.WARNING,
-                               "SageAttention ran out of memory on %s; SDPA serves the rest of "
-                               "this scope", device)
+                               "SageAttention ran out of memory on %s; SDPA serves %s", device,
+                               "the rest of this scope" if in_scope else "that call")
                 return "oom"
             if _is_triton_fault(exc):
                 self._device_faults[device] += 1
@@ -331,36 +365,60 @@ class Router:
     # --- speed ---------------------------------------------------------------------------
 
     def _kernel_wins(self, key: Key, spec: KernelSpec, q: Any, k: Any, v: Any,
-                     is_causal: bool, scale: float | None) -> bool:
-        q_len = int(q.shape[2])
-        arch = self._arch_of(q)
-        arch_text = f"{arch[0]}.{arch[1]}" if arch else q.device.type
-        calibrated = f"{arch_text}|{key[1]}|{key[2]}"
-        if calibrated in self.calibration:
-            crossover = self.calibration[calibrated]
-            return crossover is not None and q_len >= crossover
-        bucket = (key, q_len.bit_length())
-        decision = self._speed.get(bucket)
-        if decision is None:
+                     is_causal: bool, scale: float | None) -> str | None:
+        """None if the kernel serves this shape, else the reason SDPA keeps it."""
+        if not self.speed_check:
+            return None
+        batch, heads, q_len = (int(x) for x in q.shape[:3])
+        shape = shape_key(key[1], key[2], batch * heads, q_len, int(k.shape[2]), is_causal)
+        known = self._shapes.get((key[0], shape))
+        if known is None:
             with self._lock:
-                decision = self._speed.get(bucket)
-                if decision is None:
-                    decision = self._time_both(spec, q, k, v, is_causal, scale)
-                    self._speed[bucket] = decision
-                    log.info("%s on %s %s D=%d, ~%d tokens: %s", spec.name, *key, q_len,
-                             "faster than SDPA, routed" if decision else "slower, SDPA kept")
-        return decision
+                known = self._shapes.get((key[0], shape))
+                if known is None:
+                    known = self._decide_shape(key, shape, spec, q, k, v, is_causal, scale)
+                    if known is None:
+                        return "unmeasured"
+                    self._shapes[(key[0], shape)] = known
+        return None if known else "slower"
 
-    def _time_both(self, spec: KernelSpec, q: Any, k: Any, v: Any, is_causal: bool,
-                   scale: float | None) -> bool:
-        """Time kernel and SDPA alternately on the call's own inputs; the kernel must win."""
+    def _decide_shape(self, key: Key, shape: str, spec: KernelSpec, q: Any, k: Any, v: Any,
+                      is_causal: bool, scale: float | None) -> bool | None:
+        """A stored decision for this GPU and shape, else one measured now on the call's own
+        inputs (bounded per process), stored for the next run. None: neither is possible."""
+        gpu, name = self._gpu_of(q)
+        stored = self.calibration.decision(gpu, shape)
+        if stored is not None and stored.kernel == spec.name:
+            return stored.route
+        if self.live_left <= 0:
+            self._log_once("live-budget", logging.INFO,
+                           "no more shapes are timed in this process; new shapes stay on SDPA")
+            return None
+        self.live_left -= 1
+        result = self._measure(spec, q, k, v, is_causal, scale)
+        if result is None:
+            return False
+        decision = Decision(route=result.route, kernel=spec.name, speedup=result.speedup,
+                            low=result.low, high=result.high, rounds=result.rounds,
+                            source="runtime", measured_at=_now())
+        arch = self._arch_of(q)
+        arch_text = f"{arch[0]}.{arch[1]}" if arch else ""
+        self.calibration.put(gpu, shape, decision, name, arch_text)
+        self._persist(gpu, shape, decision, name, arch_text)
+        log.info("%s on %s, shape %s: %.2fx SDPA (%.2f-%.2f, %d rounds): %s", spec.name,
+                 key[0], shape, result.speedup, result.low, result.high, result.rounds,
+                 "routed" if result.route else "SDPA kept")
+        return result.route
+
+    def _measure(self, spec: KernelSpec, q: Any, k: Any, v: Any, is_causal: bool,
+                 scale: float | None) -> SpeedResult | None:
+        """Kernel against SDPA on the call's own inputs, paired rounds (see measure.py)."""
         assert self.original is not None
         original = self.original
         try:
             fn = self.registry.load(spec)
         except Exception:
-            return False
-        sync = _synchronizer(q)
+            return None
 
         def run_kernel() -> None:
             with self._kernel_running(q):
@@ -369,16 +427,44 @@ class Router:
         def run_sdpa() -> None:
             original(q, k, v, is_causal=is_causal, scale=scale)
 
+        started = time.perf_counter()
         try:
-            run_kernel()
-            run_sdpa()
-            kernel_t, sdpa_t = [], []
-            for _ in range(self.timing_reps):
-                kernel_t.append(_timed(run_kernel, sync))
-                sdpa_t.append(_timed(run_sdpa, sync))
-        except Exception:
-            return False
-        return statistics.median(kernel_t) < statistics.median(sdpa_t)
+            return measure_pair(run_kernel, run_sdpa, self.timer_for(q), self.live_settings)
+        except Exception as exc:  # a kernel that fails while timed is not used for the shape
+            self._log_once(f"measure:{spec.name}", logging.WARNING,
+                           "timing %s failed (%s); SDPA kept", spec.name, exc)
+            return None
+        finally:
+            self._measured += 1
+            self._measure_s += time.perf_counter() - started
+
+    def _persist(self, gpu: str, shape: str, decision: Decision, name: str,
+                 arch: str) -> None:
+        if not self.calibration_path:
+            return
+        update = Calibration(dict(self.calibration.build),
+                             {gpu: GpuDecisions(name, arch, {shape: decision})})
+        try:
+            merge_into_file(self.calibration_path, update)
+        except OSError as exc:  # a read-only venv: the decision still holds in this process
+            self._log_once("persist", logging.INFO, "decisions not saved to %s (%s)",
+                           self.calibration_path, exc)
+
+    def _gpu_of(self, q: Any) -> tuple[str, str]:
+        device = str(q.device)
+        if device not in self._gpu:
+            if q.device.type == "cuda":
+                import torch
+
+                props = torch.cuda.get_device_properties(q.device)
+                arch = self._arch_of(q)
+                arch_text = f"{arch[0]}.{arch[1]}" if arch else ""
+                self._gpu[device] = (gpu_identity(getattr(props, "uuid", None), props.name,
+                                                  arch_text, int(q.device.index or 0)),
+                                     str(props.name))
+            else:
+                self._gpu[device] = (q.device.type, q.device.type)
+        return self._gpu[device]
 
     # --- reporting -----------------------------------------------------------------------
 
@@ -391,7 +477,9 @@ class Router:
                 "keys": {"|".join(map(str, k)): (s.name if s else None)
                          for k, s in self._keys.items()},
                 "retired": sorted(self._retired),
-                "summary": summary_line(self._routed, sdpa),
+                "measured": {"shapes": self._measured,
+                             "ms": round(self._measure_s * 1e3, 3)},
+                "summary": summary_line(self._routed, sdpa, self._measured, self._measure_s),
             }
 
     def _log_once(self, tag: str, level: int, message: str, *args: Any) -> None:
@@ -400,13 +488,19 @@ class Router:
             log.log(level, message, *args)
 
 
-def summary_line(routed: Counter[str], sdpa: Counter[str]) -> str:
-    """'412 calls on SageAttention (sm90 fp8), 96 on SDPA: 64 short sequence, 32 masked'."""
+def summary_line(routed: Counter[str], sdpa: Counter[str], measured: int = 0,
+                 measure_s: float = 0.0) -> str:
+    """'412 calls on SageAttention (sm90 fp8), 96 on SDPA: 64 short sequence, 32 masked;
+    2 new shapes timed (310 ms)'."""
     kernels = ", ".join(label for label, _ in routed.most_common())
     total = sum(routed.values())
     head = f"{total} calls on SageAttention" + (f" ({kernels})" if kernels else "")
     reasons = ", ".join(f"{n} {REASONS.get(r, r)}" for r, n in sdpa.most_common())
-    return f"{head}, {sum(sdpa.values())} on SDPA" + (f": {reasons}" if reasons else "")
+    line = f"{head}, {sum(sdpa.values())} on SDPA" + (f": {reasons}" if reasons else "")
+    if measured:
+        line += f"; {measured} new shape{'s' if measured != 1 else ''} timed " \
+                f"({measure_s * 1e3:.0f} ms)"
+    return line
 
 
 def _grad_enabled() -> bool:
@@ -435,23 +529,6 @@ def _device_current(q: Any) -> Iterator[None]:
         yield
 
 
-def _synchronizer(q: Any) -> Callable[[], None]:
-    if q.device.type == "cuda":
-        import torch
-
-        device = q.device
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
-
-
-def _timed(fn: Callable[[], None], sync: Callable[[], None]) -> float:
-    sync()
-    started = time.perf_counter()
-    fn()
-    sync()
-    return time.perf_counter() - started
-
-
 _ROUTER: Router | None = None
 _ROUTER_LOCK = threading.Lock()
 
@@ -460,11 +537,14 @@ def get_router() -> Router:
     global _ROUTER
     with _ROUTER_LOCK:
         if _ROUTER is None:
-            _ROUTER = Router(calibration=_load_calibration())
+            path = calibration_path()
+            _ROUTER = Router(calibration=load_current_calibration(path),
+                             calibration_path=path, speed_check=speed_check_enabled())
         return _ROUTER
 
 
 CALIBRATION_ENV = "SAGEDOCTOR_CALIBRATION"
+SPEED_CHECK_ENV = "SAGEDOCTOR_SPEED_CHECK"
 
 
 def calibration_path() -> str:
@@ -475,22 +555,29 @@ def calibration_path() -> str:
                                                            "calibration.json")
 
 
-def _load_calibration() -> dict[str, int | None]:
-    """Crossovers written by `sagedoctor verify`; none: the runtime times calls itself."""
-    import json
+def speed_check_enabled() -> bool:
+    """SAGEDOCTOR_SPEED_CHECK=off routes every verified call, faster or not."""
+    return os.environ.get(SPEED_CHECK_ENV, "").strip().lower() not in ("off", "0", "false",
+                                                                      "no")
 
-    path = calibration_path()
-    if not os.environ.get(CALIBRATION_ENV) and not os.path.isfile(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError) as exc:
-        log.warning("calibration %s not read (%s); timing calls instead", path, exc)
-        return {}
-    crossovers = data.get("crossovers", {}) if isinstance(data, dict) else {}
-    return {str(k): (int(v) if isinstance(v, int) and not isinstance(v, bool) else None)
-            for k, v in crossovers.items()} if isinstance(crossovers, dict) else {}
+
+def live_build() -> dict[str, str | None]:
+    from .hook import live_fingerprint
+
+    return build_fingerprint(live_fingerprint().get("dists", {}))
+
+
+def load_current_calibration(path: str) -> Calibration:
+    """The stored decisions, if they were measured with the build installed now; otherwise
+    none: measurements of another SageAttention or torch say nothing about this one."""
+    build = live_build()
+    stored = load_calibration(path)
+    if stored.build and stored.build != build:
+        log.info("calibration %s was measured with %s, not %s; shapes are timed again", path,
+                 stored.build, build)
+        return Calibration(build)
+    stored.build = build
+    return stored
 
 
 @contextlib.contextmanager

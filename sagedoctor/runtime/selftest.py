@@ -1,9 +1,12 @@
 """Self-test, run inside the target venv: `python -m <runtime>.selftest --json`.
 
 Per GPU x dtype x head size: every kernel the registry offers is checked against SDPA (normal
-and outlier inputs), the router's choice is timed against SDPA over a sweep of sequence
-lengths, and the crossover (the shortest length from which the kernel keeps winning) is
-reported. Also: what `sageattn()` itself would pick, and whether that is correct.
+and outlier inputs), and the router's choice is timed against SDPA over a sweep of shapes
+(diffusion head counts, lengths including the non-power-of-two ones real models use) with the
+paired method of measure.py; each point carries its decision, which `verify` stores per GPU
+and shape for the router. The crossover (the shortest length from which every longer one is
+routed) is reported for reading. Also: what `sageattn()` itself would pick, and whether that
+is correct.
 """
 
 from __future__ import annotations
@@ -11,22 +14,25 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from .accuracy import Comparison, Thresholds, compare
 from .hook import live_fingerprint
+from .measure import FULL, QUICK, MeasureSettings, cuda_event_timer, measure_pair
 from .registry import KernelRegistry, KernelSpec, default_registry
 
 SELFTEST_SCHEMA_VERSION = 1
 CHECK_SHAPE = (1, 8, 4096)  # batch, heads, tokens for the correctness checks
-SWEEP = (1024, 2048, 4096, 6144, 8192, 12288, 16384, 24576, 32768)
-SWEEP_HEADS = {64: 20, 128: 24}  # SDXL-like and Flux-like head counts
+# Lengths real models use sit between powers of two: FLUX at 1536x1536 is 9728 tokens, at
+# 2048x2048 16896, Wan 720p 32760; the crossover on Hopper lies near 10k.
+SWEEP = (1024, 2048, 4096, 4608, 6144, 8192, 9216, 9728, 10240, 11264, 12288, 14336, 16384,
+         16896, 20480, 24576, 28672, 32760, 32768)
 QUICK_SWEEP = (1024, 4096, 16384)
+# (batch, heads) per head size: SDXL (2 x 10 heads of 64); FLUX (24 of 128) and Wan (40 of 128).
+SWEEP_SHAPES = {64: ((2, 10),), 128: ((1, 24), (1, 40))}
 SAGE_MODULES = ("_fused", "_qattn_sm80", "_qattn_sm89", "_qattn_sm90")
 # What upstream's `sageattn()` dispatches to per architecture (core.py at d1a57a5 and v2.2.0);
 # the Windows fork differs on sm86/87 (CUDA fp16) and sm75 (Triton).
@@ -64,18 +70,6 @@ def _inputs(torch: Any, device: Any, dtype: Any, shape: tuple[int, int, int], d:
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
-def _time(fn: Callable[[], Any], sync: Callable[[], None], reps: int) -> float:
-    fn()
-    sync()
-    samples = []
-    for _ in range(reps):
-        started = time.perf_counter()
-        fn()
-        sync()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
-
-
 def _check(fn: Callable[..., Any], sdpa: Callable[..., Any], q: Any, k: Any, v: Any,
            torch: Any) -> Comparison | str:
     try:
@@ -109,11 +103,11 @@ def _sageattn_auto(torch: Any, device: Any, arch: tuple[int, int], dtype: Any, d
     return {"kernel": kernel, **_describe(_check(auto, sdpa, q, k, v, torch), thresholds)}
 
 
-def crossover(points: list[tuple[int, float, float]]) -> int | None:
-    """Shortest length from which the kernel is faster at every longer length measured."""
+def crossover(points: list[tuple[int, bool]]) -> int | None:
+    """Shortest length from which every longer length measured is routed."""
     best = None
-    for tokens, kernel_s, sdpa_s in sorted(points, reverse=True):
-        if kernel_s < sdpa_s:
+    for tokens, route in sorted(points, reverse=True):
+        if route:
             best = tokens
         else:
             break
@@ -123,7 +117,7 @@ def crossover(points: list[tuple[int, float, float]]) -> int | None:
 def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds | None = None,
                  dtypes: tuple[str, ...] = ("bfloat16", "float16"),
                  head_dims: tuple[int, ...] = (64, 128), sweep: tuple[int, ...] = SWEEP,
-                 reps: int = 5) -> dict[str, Any]:
+                 settings: MeasureSettings = FULL, quick: bool = False) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
@@ -136,6 +130,9 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "thresholds": {"min_cosine": thresholds.min_cosine, "max_rel_l2": thresholds.max_rel_l2},
+        "measure": {"method": "cuda-events, paired rounds", "margin": settings.margin,
+                    "rounds": settings.rounds, "max_rounds": settings.max_rounds,
+                    "quick": quick},
         "gpus": [],
         "fingerprint": live_fingerprint(),
     }
@@ -159,22 +156,28 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
         device = torch.device("cuda", index)
         major, minor = torch.cuda.get_device_capability(device)
         arch = (int(major), int(minor))
+        props = torch.cuda.get_device_properties(device)
+        uuid = getattr(props, "uuid", None)
         gpu: dict[str, Any] = {"index": index, "name": torch.cuda.get_device_name(device),
-                               "arch": f"{major}.{minor}", "keys": []}
-        sync = lambda device=device: torch.cuda.synchronize(device)  # noqa: E731
+                               "arch": f"{major}.{minor}", "uuid": str(uuid) if uuid else None,
+                               "keys": []}
+        timer = cuda_event_timer(torch, device)
+        shapes = {d: SWEEP_SHAPES.get(d, ((1, 16),))[:1 if quick else None] for d in head_dims}
         for dtype_name in dtypes:
             dtype = getattr(torch, dtype_name)
             for d in head_dims:
-                gpu["keys"].append(_test_key(torch, registry, thresholds, sdpa, sync, device,
-                                             arch, dtype_name, dtype, d, sweep, reps))
+                gpu["keys"].append(_test_key(torch, registry, thresholds, sdpa, timer, device,
+                                             arch, dtype_name, dtype, d, sweep, shapes[d],
+                                             settings))
         report["gpus"].append(gpu)
     return report
 
 
 def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
-              sdpa: Callable[..., Any], sync: Callable[[], None], device: Any,
+              sdpa: Callable[..., Any], timer: Any, device: Any,
               arch: tuple[int, int], dtype_name: str, dtype: Any, d: int,
-              sweep: tuple[int, ...], reps: int) -> dict[str, Any]:
+              sweep: tuple[int, ...], shapes: tuple[tuple[int, int], ...],
+              settings: MeasureSettings) -> dict[str, Any]:
     key: dict[str, Any] = {"dtype": dtype_name, "head_dim": d, "kernels": [], "chosen": None,
                            "sweep": [], "crossover": None,
                            "sageattn_auto": _sageattn_auto(torch, device, arch, dtype, d,
@@ -201,18 +204,25 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
     if chosen is None:
         return key
     spec, fn = chosen
-    heads = SWEEP_HEADS.get(d, 16)
-    points = []
-    for tokens in sweep:
-        qkv = _inputs(torch, device, dtype, (1, heads, tokens), d, outlier=False)
-        with torch.cuda.device(device):
-            kernel_s = _time(partial(fn, *qkv, is_causal=False, scale=None), sync, reps)
-        sdpa_s = _time(partial(sdpa, *qkv), sync, reps)
-        points.append((tokens, kernel_s, sdpa_s))
-        key["sweep"].append({"tokens": tokens, "kernel_ms": round(kernel_s * 1e3, 4),
-                             "sdpa_ms": round(sdpa_s * 1e3, 4),
-                             "speedup": round(sdpa_s / kernel_s, 3)})
-    key["crossover"] = crossover(points)
+    crossovers: dict[str, int | None] = {}
+    for batch, heads in shapes:
+        points = []
+        for tokens in sweep:
+            q, k, v = _inputs(torch, device, dtype, (batch, heads, tokens), d, outlier=False)
+            with torch.cuda.device(device):
+                result = measure_pair(partial(fn, q, k, v, is_causal=False, scale=None),
+                                      partial(sdpa, q, k, v), timer, settings)
+            del q, k, v
+            points.append((tokens, result.route))
+            key["sweep"].append({
+                "batch": batch, "heads": heads, "tokens": tokens,
+                "kernel_ms": round(result.kernel_s * 1e3, 4),
+                "sdpa_ms": round(result.sdpa_s * 1e3, 4), "speedup": round(result.speedup, 4),
+                "low": round(result.low, 4), "high": round(result.high, 4),
+                "rounds": result.rounds, "route": result.route, "settled": result.settled})
+        crossovers[f"{batch}x{heads}"] = crossover(points)
+    key["crossovers"] = crossovers
+    key["crossover"] = next(iter(crossovers.values()), None)
     return key
 
 
@@ -221,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true", help="a short sweep")
     args = parser.parse_args(argv)
-    report = run_selftest(sweep=QUICK_SWEEP if args.quick else SWEEP)
+    settings = (QUICK if args.quick else FULL).with_env()
+    report = run_selftest(sweep=QUICK_SWEEP if args.quick else SWEEP, settings=settings,
+                          quick=args.quick)
     if args.json:
         print(json.dumps(report))
     else:

@@ -1,0 +1,187 @@
+"""Timing a kernel against SDPA side by side, and deciding whether the kernel is worth it.
+
+The method (docs/measurement.md): each sample times `inner` back-to-back calls between two
+CUDA events (short calls are repeated until a sample lasts about a millisecond); warm-up runs
+both paths alternately until two successive samples of each agree; then paired rounds time
+both paths, kernel first in even rounds and SDPA first in odd ones, so clock ramps and cache
+state fall on both alike. Each round gives one speed-up, SDPA time over kernel time. A route
+needs the rounds' lower quartile to clear the margin (1.03 by default), so the median beats it
+by at least the spread below it: a kernel that only ties SDPA within the noise is not used, and
+a decision near the line does not flip between runs. SDPA is kept when the upper quartile is
+below the margin. In between the result is undecided and gets more rounds, up to a bound;
+still undecided, it stays on SDPA.
+
+Standard library only: the timer is passed in (CUDA events on a GPU, a fake one in tests).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+DEFAULT_MARGIN = 1.03
+MARGIN_ENV = "SAGEDOCTOR_ROUTE_MARGIN"
+
+# seconds for `inner` back-to-back calls of fn
+Timer = Callable[[Callable[[], Any], int], float]
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    rounds: int = 10  # paired rounds before a first decision
+    max_rounds: int = 24  # an undecided result gets more rounds, up to this
+    warmup_min: int = 2  # samples of each path, at least
+    warmup_max: int = 12
+    settle: float = 0.03  # warm-up ends when successive samples agree within 3%
+    sample_s: float = 1e-3  # a sample repeats short calls until it lasts about this long
+    max_inner: int = 32
+    margin: float = DEFAULT_MARGIN
+
+    def with_env(self, environ: Any = None) -> MeasureSettings:
+        """SAGEDOCTOR_ROUTE_MARGIN (a speed-up such as 1.05) overrides the margin."""
+        raw = (os.environ if environ is None else environ).get(MARGIN_ENV, "")
+        try:
+            value = float(raw)
+        except ValueError:
+            return self
+        return replace(self, margin=value) if math.isfinite(value) and value > 0 else self
+
+
+FULL = MeasureSettings()
+QUICK = MeasureSettings(rounds=4, max_rounds=8, warmup_max=6)
+# In an app's own first calls of a shape: bounded, since the user waits for it.
+LIVE = MeasureSettings(rounds=6, max_rounds=12, warmup_max=6)
+
+
+@dataclass(frozen=True)
+class SpeedResult:
+    speedup: float  # median of the paired rounds' SDPA time / kernel time
+    low: float  # lower quartile of those ratios
+    high: float  # upper quartile
+    kernel_s: float  # median time of one kernel call
+    sdpa_s: float
+    rounds: int
+    margin: float
+    settled: bool  # the warm-up converged before its bound
+
+    @property
+    def spread(self) -> float:
+        return (self.high - self.low) / 2
+
+    @property
+    def route(self) -> bool:
+        return decide(self.low, self.high, self.margin) == "kernel"
+
+
+def decide(low: float, high: float, margin: float) -> str:
+    """'kernel', 'sdpa' or 'undecided' for the quartiles of the paired speed-ups."""
+    if low >= margin:
+        return "kernel"
+    if high < margin:
+        return "sdpa"
+    return "undecided"
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    low, mid, high = statistics.quantiles(values, n=4, method="inclusive")
+    return low, mid, high
+
+
+def inner_calls(one_call_s: float, settings: MeasureSettings) -> int:
+    if not one_call_s > 0:
+        return settings.max_inner
+    return max(1, min(settings.max_inner, math.ceil(settings.sample_s / one_call_s)))
+
+
+def _settled(samples: list[float], tolerance: float) -> bool:
+    if len(samples) < 2:
+        return False
+    a, b = samples[-2], samples[-1]
+    return abs(a - b) <= tolerance * max(a, b)
+
+
+def measure_pair(kernel: Callable[[], Any], sdpa: Callable[[], Any], timer: Timer,
+                 settings: MeasureSettings = FULL) -> SpeedResult:
+    """Time `kernel` against `sdpa` (both already checked correct) and decide."""
+    inner = inner_calls(min(timer(kernel, 1), timer(sdpa, 1)), settings)
+    kernel_warm: list[float] = []
+    sdpa_warm: list[float] = []
+    while len(kernel_warm) < settings.warmup_max:
+        kernel_warm.append(timer(kernel, inner))
+        sdpa_warm.append(timer(sdpa, inner))
+        if len(kernel_warm) >= settings.warmup_min and _settled(kernel_warm, settings.settle) \
+                and _settled(sdpa_warm, settings.settle):
+            break
+    settled = _settled(kernel_warm, settings.settle) and _settled(sdpa_warm, settings.settle)
+    kernel_t: list[float] = []
+    sdpa_t: list[float] = []
+    ratios: list[float] = []
+
+    def one_round() -> None:
+        if len(ratios) % 2 == 0:
+            k, s = timer(kernel, inner), timer(sdpa, inner)
+        else:
+            s, k = timer(sdpa, inner), timer(kernel, inner)
+        kernel_t.append(k / inner)
+        sdpa_t.append(s / inner)
+        ratios.append(s / k if k > 0 else math.inf)
+
+    for _ in range(max(1, settings.rounds)):
+        one_round()
+    while len(ratios) < settings.max_rounds:
+        low, _mid, high = quartiles(ratios)
+        if decide(low, high, settings.margin) != "undecided":
+            break
+        one_round()
+        one_round()  # in pairs: each order as often as the other
+    low, mid, high = quartiles(ratios)
+    return SpeedResult(speedup=mid, low=low, high=high, kernel_s=statistics.median(kernel_t),
+                       sdpa_s=statistics.median(sdpa_t), rounds=len(ratios),
+                       margin=settings.margin, settled=settled)
+
+
+def perf_counter_timer(sync: Callable[[], None]) -> Timer:
+    """Wall-clock samples for devices without events (the CPU); `sync` waits for the device."""
+
+    def timer(fn: Callable[[], Any], inner: int) -> float:
+        sync()
+        started = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync()
+        return time.perf_counter() - started
+
+    return timer
+
+
+def cuda_event_timer(torch: Any, device: Any) -> Timer:
+    """Samples between two CUDA events on the device's current stream: what the GPU spent,
+    without the host's scheduling noise."""
+
+    def timer(fn: Callable[[], Any], inner: int) -> float:
+        with torch.cuda.device(device):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end)) / 1e3
+
+    return timer
+
+
+def timer_for(tensor: Any) -> Timer:
+    if tensor.device.type == "cuda":
+        import torch
+
+        return cuda_event_timer(torch, tensor.device)
+    return perf_counter_timer(lambda: None)

@@ -1,0 +1,320 @@
+"""The speed decision with fake timers: noise, dips in speed-up, the margin, persistence of
+per-shape decisions, and a quick verify never replacing a full one.
+
+The timer is the clock (CUDA events on a GPU); a fake one stands in for the hardware and
+says how long each path took. Everything above it is the real code.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sagedoctor.runtime.decisions import (
+    Calibration,
+    Decision,
+    bh_bucket,
+    gpu_identity,
+    load_calibration,
+    merge_into_file,
+    save_calibration,
+    shape_key,
+)
+from sagedoctor.runtime.measure import (
+    FULL,
+    QUICK,
+    MeasureSettings,
+    decide,
+    inner_calls,
+    measure_pair,
+)
+
+
+class FakeClock:
+    """Per-call times for the two paths, with multiplicative noise, a slow first few samples
+    (clocks ramping up) and optional outlier samples."""
+
+    def __init__(self, kernel_s: float, sdpa_s: float, noise: float = 0.0, seed: int = 0,
+                 cold_samples: int = 0, outliers: float = 0.0) -> None:
+        self.times = {"kernel": kernel_s, "sdpa": sdpa_s}
+        self.noise = noise
+        self.rng = random.Random(seed)
+        self.cold = cold_samples
+        self.outliers = outliers
+        self.samples = {"kernel": 0, "sdpa": 0}
+
+    def paths(self) -> tuple[Callable[[], str], Callable[[], str]]:
+        return (lambda: "kernel"), (lambda: "sdpa")
+
+    def __call__(self, fn: Callable[[], Any], inner: int) -> float:
+        path = fn()
+        self.samples[path] += 1
+        per_call = self.times[path] * (1 + self.rng.gauss(0, self.noise))
+        if self.samples[path] <= self.cold:
+            per_call *= 3  # the first samples run before the clocks are up
+        if self.outliers and self.rng.random() < self.outliers:
+            per_call *= 2  # another process took the GPU for a moment
+        return per_call * inner
+
+
+def measured(kernel_s: float, sdpa_s: float, settings: MeasureSettings = FULL,
+             **clock: Any) -> Any:
+    fake = FakeClock(kernel_s, sdpa_s, **clock)
+    kernel, sdpa = fake.paths()
+    return measure_pair(kernel, sdpa, fake, settings), fake
+
+
+def test_a_clear_win_routes_and_a_clear_loss_keeps_sdpa() -> None:
+    win, _ = measured(1.0e-3, 1.3e-3, noise=0.01)
+    loss, _ = measured(1.3e-3, 1.0e-3, noise=0.01)
+    assert win.route and 1.25 < win.speedup < 1.35
+    assert not loss.route and loss.speedup < 0.8
+
+
+def test_a_tie_within_the_margin_never_routes() -> None:
+    # 2% faster is inside the default 3% margin: not worth a kernel whose speed-up is noise.
+    for seed in range(20):
+        result, _ = measured(1.0e-3, 1.02e-3, noise=0.005, seed=seed)
+        assert not result.route
+
+
+def test_the_margin_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAGEDOCTOR_ROUTE_MARGIN", "1.10")
+    settings = FULL.with_env()
+    assert settings.margin == 1.10
+    result, _ = measured(1.0e-3, 1.06e-3, settings, noise=0.002)
+    assert not result.route
+    monkeypatch.setenv("SAGEDOCTOR_ROUTE_MARGIN", "fast please")
+    assert FULL.with_env().margin == 1.03  # a bad value keeps the default
+
+
+def test_noisy_timings_near_the_line_give_the_same_decision_every_time() -> None:
+    # A real 6% win measured with 3% noise: routed in every one of 30 runs, never flipping.
+    decisions = {measured(1.0e-3, 1.06e-3, noise=0.01, seed=s)[0].route for s in range(30)}
+    assert decisions == {True}
+    # A real 1% win with the same noise: never routed.
+    decisions = {measured(1.0e-3, 1.01e-3, noise=0.01, seed=s)[0].route for s in range(30)}
+    assert decisions == {False}
+
+
+def test_warm_up_absorbs_cold_clocks_before_the_paired_rounds() -> None:
+    # The first 3 samples of each path are 3x slow: without a warm-up that settles, the kernel
+    # (timed first) would look slower than it is.
+    result, fake = measured(1.0e-3, 1.2e-3, noise=0.0, cold_samples=3)
+    assert result.route and result.settled
+    assert result.speedup == pytest.approx(1.2)
+    assert fake.samples["kernel"] >= 3 + FULL.rounds
+
+
+def test_outlier_samples_do_not_decide() -> None:
+    # One sample in ten doubled (another process on the GPU): medians and quartiles hold.
+    result, _ = measured(1.0e-3, 1.25e-3, noise=0.01, outliers=0.1, seed=3)
+    assert result.route and 1.15 < result.speedup < 1.35
+
+
+def test_undecided_results_get_more_rounds_up_to_the_bound() -> None:
+    result, _ = measured(1.0e-3, 1.035e-3, noise=0.03, seed=1)
+    assert FULL.rounds < result.rounds <= FULL.max_rounds
+    quick, _ = measured(1.0e-3, 1.035e-3, QUICK, noise=0.03, seed=1)
+    assert quick.rounds <= QUICK.max_rounds
+
+
+def test_decide_and_inner_calls() -> None:
+    assert decide(1.04, 1.10, 1.03) == "kernel"
+    assert decide(0.90, 1.02, 1.03) == "sdpa"
+    assert decide(1.00, 1.06, 1.03) == "undecided"
+    assert inner_calls(2e-4, FULL) == 5  # a 0.2 ms call: 5 per 1 ms sample
+    assert inner_calls(5e-3, FULL) == 1
+    assert inner_calls(0.0, FULL) == FULL.max_inner
+
+
+def test_dips_in_speed_up_are_kept_per_shape() -> None:
+    # Speed-up is not monotonic in length: a dip at 10240 tokens between two wins.
+    cal = Calibration()
+    speed = {9216: 1.10, 9728: 1.12, 10240: 0.97, 12288: 1.15}
+    for tokens, s in speed.items():
+        result, _ = measured(1.0e-3, s * 1.0e-3, noise=0.005, seed=tokens)
+        cal.put("GPU-1", shape_key("bfloat16", 128, 24, tokens, tokens, False),
+                Decision(result.route, "sage_fp8_sm90", result.speedup, result.low,
+                         result.high, result.rounds, "verify"))
+    routed = {t for t in speed
+              if _get(cal, "GPU-1", shape_key("bfloat16", 128, 24, t, t, False)).route}
+    assert routed == {9216, 9728, 12288}
+
+
+def test_shape_keys_bucket_batch_times_heads() -> None:
+    assert [bh_bucket(n) for n in (1, 2, 10, 20, 24, 32, 33, 40)] == [1, 2, 16, 32, 32, 32,
+                                                                       64, 64]
+    assert shape_key("bfloat16", 128, 24, 9728, 9728, False) == "bfloat16|128|32|9728|9728|0"
+    assert gpu_identity("58e7-aa", "H200", "9.0", 0) == "GPU-58e7-aa"
+    assert gpu_identity("GPU-58e7-aa", "H200", "9.0", 0) == "GPU-58e7-aa"
+    assert gpu_identity(None, "H200", "9.0", 1) == "H200|9.0|1"
+
+
+def _get(cal: Calibration, gpu: str, key: str) -> Decision:
+    found = cal.decision(gpu, key)
+    assert found is not None
+    return found
+
+
+def _decision(route: bool, source: str, when: str = "2026-12-03T00:00:00") -> Decision:
+    return Decision(route, "k", 1.1 if route else 0.9, 1.0, 1.2, 10, source, when)
+
+
+def test_quick_data_never_replaces_full_data_and_newer_full_data_does() -> None:
+    key = shape_key("bfloat16", 128, 24, 9728, 9728, False)
+    full = Calibration({"sageattention": "2.2.0"})
+    full.put("GPU-1", key, _decision(True, "verify"))
+    quick = Calibration({"sageattention": "2.2.0"})
+    quick.put("GPU-1", key, _decision(False, "verify-quick", "2026-12-04T00:00:00"))
+    other = shape_key("bfloat16", 128, 24, 4096, 4096, False)
+    quick.put("GPU-1", other, _decision(False, "verify-quick"))
+    merged = full.merged_with(quick)
+    assert _get(merged, "GPU-1", key).source == "verify"  # the fuller data stays
+    assert _get(merged, "GPU-1", other).source == "verify-quick"  # new shapes are added
+    newer = Calibration({"sageattention": "2.2.0"})
+    newer.put("GPU-1", key, _decision(False, "verify", "2026-12-05T00:00:00"))
+    assert _get(merged.merged_with(newer), "GPU-1", key).route is False
+    runtime = Calibration({"sageattention": "2.2.0"})
+    runtime.put("GPU-1", key, _decision(False, "runtime", "2026-12-06T00:00:00"))
+    assert _get(merged.merged_with(runtime), "GPU-1", key).source == "verify"
+
+
+def test_another_build_replaces_the_data_and_gpus_stay_apart() -> None:
+    key = shape_key("float16", 64, 20, 4096, 4096, False)
+    old = Calibration({"sageattention": "2.2.0+v220"})
+    old.put("GPU-1", key, _decision(True, "verify"))
+    new = Calibration({"sageattention": "2.2.0+main"})
+    new.put("GPU-2", key, _decision(False, "verify-quick"))
+    merged = old.merged_with(new)
+    assert merged.decision("GPU-1", key) is None and merged.decision("GPU-2", key) is not None
+
+
+def test_the_file_round_trips_and_hostile_files_give_no_decisions(tmp_path: Path) -> None:
+    path = tmp_path / "vé nv" / "calibration.json"
+    key = shape_key("bfloat16", 128, 40, 32760, 32760, False)
+    cal = Calibration({"sageattention": "2.2.0"})
+    cal.put("GPU-1", key, _decision(True, "verify"), "NVIDIA H200", "9.0")
+    save_calibration(str(path), cal)
+    back = load_calibration(str(path))
+    assert back.to_json() == cal.to_json()
+    merge_into_file(str(path), Calibration({"sageattention": "2.2.0"}, {}))
+    assert load_calibration(str(path)).decision("GPU-1", key) is not None
+    for text in ("", "{", "[]", '{"schema_version": 1, "crossovers": {}}',
+                 json.dumps({"schema_version": 2, "gpus": {"GPU-1": {"decisions": {
+                     key: {"route": True}, "bad key": _decision(True, "verify").__dict__,
+                     "bfloat16|128|32|1|1|0": {**_decision(True, "verify").__dict__,
+                                               "speedup": "NaN"}}}}}),
+                 "[" * 100000):
+        path.write_text(text, encoding="utf-8")
+        assert load_calibration(str(path)).gpus.get("GPU-1") is None or not \
+            load_calibration(str(path)).gpus["GPU-1"].decisions
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    assert load_calibration(str(path)).gpus == {}
+    assert load_calibration(str(tmp_path / "missing.json")).gpus == {}
+
+
+# --- the router with a fake clock: live decisions, stored for the next run ----------------
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+class ClockedKernel:
+    """A correct CPU kernel; the fake clock says it takes `speedup` times less than SDPA at
+    lengths in `wins`, and more elsewhere."""
+
+    def __init__(self, wins: set[int]) -> None:
+        self.wins = wins
+        self.running = False
+        self.calls = 0
+
+    def __call__(self, q: Any, k: Any, v: Any, *, is_causal: bool = False,
+                 scale: float | None = None) -> Any:
+        self.calls += 1
+        self.running = True
+        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+
+    def timer(self, q: Any) -> Callable[[Callable[[], Any], int], float]:
+        tokens = int(q.shape[2])
+
+        def clock(fn: Callable[[], Any], inner: int) -> float:
+            self.running = False
+            fn()
+            if self.running:
+                return inner * (1.0e-3 if tokens in self.wins else 1.3e-3)
+            return inner * 1.2e-3
+        return clock
+
+
+def _router(kernel: ClockedKernel, path: Path, **kw: Any) -> Any:
+    from sagedoctor.runtime import KernelRegistry, KernelSpec, Router
+
+    registry = KernelRegistry()
+    registry.register(KernelSpec("clocked", "clocked", lambda: kernel, device_type="cpu"))
+    return Router(registry=registry, calibration=load_calibration(str(path)),
+                  calibration_path=str(path), timer_for=kernel.timer, **kw)
+
+
+def test_the_router_times_new_shapes_once_and_the_next_run_reuses_the_decisions(
+        tmp_path: Path) -> None:
+    from sagedoctor.runtime import sage_scope
+
+    path = tmp_path / "calibration.json"
+    kernel = ClockedKernel(wins={512})
+    router = _router(kernel, path)
+    shapes = [torch.randn(1, 4, n, 64).to(torch.bfloat16) for n in (256, 512)]
+    with sage_scope(router):
+        for _ in range(3):
+            for x in shapes:
+                F.scaled_dot_product_attention(x, x, x)
+    stats = router.stats()
+    assert stats["routed"] == {"clocked": 3} and stats["sdpa"] == {"slower": 3}
+    assert stats["measured"]["shapes"] == 2 and "2 new shapes timed" in stats["summary"]
+    saved = load_calibration(str(path))
+    decisions = saved.gpus["cpu"].decisions
+    assert {k.split("|")[3]: d.route for k, d in decisions.items()} == {"256": False,
+                                                                     "512": True}
+    assert {d.source for d in decisions.values()} == {"runtime"}
+
+    calls_before = kernel.calls
+    second = _router(kernel, path)  # the next process
+    with sage_scope(second):
+        for x in shapes:
+            F.scaled_dot_product_attention(x, x, x)
+    assert second.stats()["measured"]["shapes"] == 0
+    assert second.stats()["routed"] == {"clocked": 1}
+    assert kernel.calls - calls_before == 2  # its first-call check and the one routed call
+
+
+def test_the_live_budget_bounds_how_many_shapes_are_timed(tmp_path: Path) -> None:
+    from sagedoctor.runtime import sage_scope
+
+    kernel = ClockedKernel(wins={256, 384, 512})
+    router = _router(kernel, tmp_path / "c.json", max_live_measurements=2)
+    with sage_scope(router):
+        for n in (256, 384, 512):
+            x = torch.randn(1, 2, n, 64).to(torch.bfloat16)
+            F.scaled_dot_product_attention(x, x, x)
+    stats = router.stats()
+    assert stats["measured"]["shapes"] == 2
+    assert stats["routed"] == {"clocked": 2} and stats["sdpa"] == {"unmeasured": 1}
+
+
+def test_a_read_only_calibration_folder_still_decides_in_process(tmp_path: Path) -> None:
+    from sagedoctor.runtime import sage_scope
+
+    kernel = ClockedKernel(wins={256})
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("x", encoding="utf-8")
+    router = _router(kernel, blocked / "calibration.json")
+    x = torch.randn(1, 2, 256, 64).to(torch.bfloat16)
+    with sage_scope(router):
+        F.scaled_dot_product_attention(x, x, x)
+        F.scaled_dot_product_attention(x, x, x)
+    assert router.stats()["routed"] == {"clocked": 2}
