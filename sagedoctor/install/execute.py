@@ -340,10 +340,14 @@ class Executor:
         names = set(self.plan.changed_distributions)
         before = take_snapshot(self.python, names)
         purelib, scripts = Path(before["purelib"]), Path(before["scripts"])
-        additions = [str(p) for wheel in prepared.values()
-                     for p in landing_paths(check_wheel(wheel), purelib, scripts)]
+        landing = {p for wheel in prepared.values()
+                   for p in landing_paths(check_wheel(wheel), purelib, scripts)}
+        # Paths the new wheels write that exist already: owned files are backed up with their
+        # distribution; stray files are backed up too; anything else (a folder) is left be.
+        additions = sorted(str(p) for p in landing if not (p.exists() or p.is_symlink()))
+        strays = sorted(p for p in landing if p.is_file())
         moves = self._moves()
-        backups = back_up(before, self.journal.backup)
+        backups = back_up(before, self.journal.backup, extra=strays)
         self.journal.write(phase="changing", names=sorted(names), snapshot=before,
                            backups=backups, additions=additions, moved=moves,
                            backup_dir=str(self.journal.backup))

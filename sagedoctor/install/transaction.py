@@ -169,22 +169,30 @@ class Journal:
         self.path.unlink(missing_ok=True)
 
 
-def back_up(snapshot: dict[str, Any], folder: Path) -> dict[str, str]:
-    """Copies of every file the touched distributions own; {original: copy}."""
+def back_up(snapshot: dict[str, Any], folder: Path,
+            extra: Iterable[Path] = ()) -> dict[str, str]:
+    """Copies of every file the touched distributions own, and of `extra` files the new
+    wheels would overwrite; {original: copy}."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     copies: dict[str, str] = {}
+
+    def keep(path: str) -> None:
+        if path not in copies:
+            copy = folder / str(len(copies))
+            shutil.copy2(path, copy)
+            copies[path] = str(copy)
+
     for name, entries in snapshot["dists"].items():
         if name in LIGHT:
             continue
         for entry in entries:
             for path, digest in entry["files"].items():
-                if digest is None or digest.startswith("unreadable"):
-                    continue
-                copy = folder / str(len(copies))
-                shutil.copy2(path, copy)
-                copies[path] = str(copy)
+                if digest is not None and not digest.startswith("unreadable"):
+                    keep(path)
+    for path in extra:
+        keep(str(path))
     return copies
 
 
@@ -245,10 +253,11 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
                         for p in e["files"]}
         dist_infos_before = {Path(e["dist_info"]) for entries in before["dists"].values()
                              for e in entries}
+        # Only paths that did not exist before the change go: what the new wheels wrote, and
+        # dist-info folders that appeared (the installer adds files to them of its own).
         added: set[Path] = {Path(p) for p in data.get("additions", [])}
         for entries in now["dists"].values():
             for entry in entries:
-                added |= {Path(p) for p in entry["files"]}
                 if Path(entry["dist_info"]) not in dist_infos_before:
                     added.add(Path(entry["dist_info"]))
         removed_from: set[Path] = set()
