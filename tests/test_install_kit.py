@@ -5,6 +5,7 @@ torch, stand-in SageAttention wheels and sources (a real dist with a correct or 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import sysconfig
 import time
@@ -201,8 +202,8 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture
-def site() -> Iterator[Site]:
+@contextlib.contextmanager
+def serving() -> Iterator[Site]:
     served = Site()
     with local_server(_handler(served)) as url:
         served.base = url

@@ -428,7 +428,7 @@ class Executor:
         self.say("smoke check: sageattn() against SDPA on each GPU")
         result = run_smoke(self.python, self.smoke_timeout)
         if not result.ok:
-            raise SmokeCheckFailed(f"the installed sageattn() gives wrong results: "
+            raise SmokeCheckFailed(f"the smoke check found the installed sageattn() wrong: "
                                    f"{result.summary}", "its wheel is not used")
         self.say(f"smoke check passed: {result.summary}")
 
