@@ -351,15 +351,15 @@ class Executor:
         self.journal.write(phase="changing", names=sorted(names), snapshot=before,
                            backups=backups, additions=additions, moved=moves,
                            backup_dir=str(self.journal.backup))
-        dists_before = installed_distributions(self.python)
+        dists_before: dict[str, str] = before["all"]
         self.done = []
         try:
             self._apply(prepared, moves)
             self._smoke()
-            after = installed_distributions(self.python)
-            changed = unexpected_changes(dists_before, after, self.plan.changed_distributions)
-            light_before = {"dists": {n: before["dists"].get(n, []) for n in LIGHT}}
             now = take_snapshot(self.python, ())
+            changed = unexpected_changes(dists_before, now["all"],
+                                         self.plan.changed_distributions)
+            light_before = {"dists": {n: before["dists"].get(n, []) for n in LIGHT}}
             light_after = {"dists": {n: now["dists"].get(n, []) for n in LIGHT}}
             changed += snapshot_differences(light_before, light_after)
             if changed:

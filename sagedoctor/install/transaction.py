@@ -36,10 +36,12 @@ import csv, importlib.metadata as m, json, os, re, sys, sysconfig
 names = set(json.loads(sys.argv[1]))
 paths = sysconfig.get_paths()
 out = {"python": "%d.%d" % sys.version_info[:2], "purelib": paths["purelib"],
-       "scripts": paths["scripts"], "dists": {}}
+       "scripts": paths["scripts"], "dists": {}, "all": {}}
 for d in m.distributions():
     name = d.metadata["Name"]
     key = re.sub(r"[-_.]+", "-", name).lower() if name else ""
+    if key:
+        out["all"].setdefault(key, d.version)
     if key not in names:
         continue
     # RECORD read by hand: importlib.metadata's own reader crashes on a blank line.
@@ -87,7 +89,8 @@ def take_snapshot(python: Path, names: Iterable[str]) -> dict[str, Any]:
                 "version": entry["version"], "dist_info": entry["dist_info"],
                 "files": {f: _hash(f) for f in files}})
     return {"python": state["python"], "purelib": state["purelib"],
-            "scripts": state["scripts"], "dists": dists}
+            "scripts": state["scripts"], "dists": dists,
+            "all": {str(k): str(v) for k, v in (state.get("all") or {}).items()}}
 
 
 def snapshot_differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
