@@ -231,3 +231,54 @@ def test_plan_blocked_exit_code_and_text(tmp_path: Path) -> None:
     done = run_cli(["plan", "--facts", str(PROFILES / "macos-apple.json")], clean_env(tmp_path))
     assert done.returncode == 2
     assert "No plan: fix these first." in done.stdout and "SD101" in done.stdout
+
+
+def test_install_recovers_a_killed_runs_journal_before_planning(tmp_path: Path) -> None:
+    from sagedoctor.install.lock import venv_state_dir
+    from tests.standins import make_venv
+
+    root = tmp_path / "venv ü"
+    make_venv(root)
+    env = clean_env(tmp_path)
+    state = tmp_path / "home" / ".local" / "state" / "sagedoctor"
+    folder = venv_state_dir(root, state)
+    folder.mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    work = tmp_path / "left behind"
+    work.mkdir()
+    (folder / "journal.json").write_text(json.dumps({
+        "schema_version": 1, "pid": dead.pid, "phase": "preparing", "work": str(work),
+        "build_pgid": None, "python": str(root / "bin" / "python"), "prefix": str(root)}),
+        encoding="utf-8")
+    done = run_cli(["install", "--venv", str(root)], env, timeout=120)
+    assert f"an earlier install (pid {dead.pid}) was interrupted" in done.stdout, done.stdout
+    assert "it had not changed the venv yet" in done.stdout
+    assert not (folder / "journal.json").exists() and not work.exists()
+
+
+@pytest.mark.parametrize(("url", "ok"), [
+    ("https://github.com/thu-ml/SageAttention/archive/x.tar.gz", True),
+    ("http://127.0.0.1:8000/sage.tar.gz", True),
+    ("http://localhost:8000/sage.tar.gz", True),
+    ("http://example.org/sage.tar.gz", False),
+    ("file:///tmp/sage.tar.gz", False),
+])
+def test_source_url_is_https_or_local_http(url: str, ok: bool,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from sagedoctor.commands.install import InstallOptions, _source_url
+    from sagedoctor.commands.plan import PlanOptions
+
+    monkeypatch.delenv("SAGEDOCTOR_SOURCE_URL", raising=False)
+    options = InstallOptions(PlanOptions(), source_url=url)
+    if ok:
+        assert _source_url(options) == url
+    else:
+        with pytest.raises(InstallError, match="not https"):
+            _source_url(options)
+    monkeypatch.setenv("SAGEDOCTOR_SOURCE_URL", url)  # the variable is held to the same rule
+    if ok:
+        assert _source_url(InstallOptions(PlanOptions())) == url
+    else:
+        with pytest.raises(InstallError, match="SAGEDOCTOR_SOURCE_URL"):
+            _source_url(InstallOptions(PlanOptions()))

@@ -64,8 +64,9 @@ def _source_url(options: InstallOptions) -> str | None:
             parts.scheme == "http" and parts.hostname in LOCAL_HOSTS):
         from ..install.runner import InstallError
 
-        raise InstallError(f"source URL {url!r}: not https (http only for 127.0.0.1 or "
-                           "localhost)", "fix --source-url or SAGEDOCTOR_SOURCE_URL")
+        where = "--source-url" if options.source_url else "SAGEDOCTOR_SOURCE_URL"
+        raise InstallError(f"{where} {url!r}: not https (http only for 127.0.0.1 or "
+                           "localhost)", f"fix {where}")
     return url
 
 
