@@ -224,3 +224,18 @@ def test_two_installs_at_once_the_second_is_refused_with_its_own_log(
     assert len(logs) == 2
     mine = [p for p in logs if p.name.endswith(f"-{os.getpid()}.log")]
     assert len(mine) == 1 and "building:" not in mine[0].read_text()
+
+
+def test_a_signal_during_a_uv_call_waits_for_it_then_stops_the_run() -> None:
+    from sagedoctor.install.errors import InstallInterrupted
+    from sagedoctor.install.signals import deferred, interrupts_raise
+
+    finished = []
+    with interrupts_raise(), pytest.raises(InstallInterrupted, match="SIGTERM"), deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # uv is still writing: it must not be cut off
+        finished.append(True)
+    assert finished == [True]
+    with interrupts_raise(), pytest.raises(InstallInterrupted, match="SIGHUP"):
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(1)

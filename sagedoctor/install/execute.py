@@ -40,7 +40,7 @@ from .fetch import LOCAL_HOSTS, download, extract_source, github_asset_digest
 from .lock import venv_lock, venv_state_dir
 from .runlog import RunLog
 from .runner import Installer, InstallError
-from .signals import interrupts_raise
+from .signals import deferred, interrupts_raise
 from .simple_index import resolve_from_index
 from .smoke import SMOKE_TIMEOUT_S, run_smoke
 from .source_build import build_wheel
@@ -404,6 +404,10 @@ class Executor:
             self.done.append(step.title)
 
     def _step(self, step: Step, wheel: Path | None, moves: list[tuple[str, str]]) -> None:
+        with deferred():  # a signal waits for uv to finish; the rollback follows at once
+            self._change(step, wheel, moves)
+
+    def _change(self, step: Step, wheel: Path | None, moves: list[tuple[str, str]]) -> None:
         if step.action == "uninstall":
             self.installer.uninstall(list(step.distributions))
         elif step.action == "remove-leftovers":

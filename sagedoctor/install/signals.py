@@ -12,10 +12,37 @@ from types import FrameType
 
 from .errors import InstallInterrupted
 
+_pending: list[str] = []
+_deferring: list[bool] = []
+
 
 def _raise(signum: int, _frame: FrameType | None) -> None:
     name = signal.Signals(signum).name
+    if _deferring:
+        _pending.append(name)  # raised when the uninterruptible call is over
+        return
     raise InstallInterrupted(f"stopped by {name}", "run `sagedoctor install` again when ready")
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold signals (Ctrl+C included) while uv changes the venv: stopping sagedoctor then
+    would leave uv running in its own session while the rollback restores files under it."""
+    if sys.platform == "win32" or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, _raise)
+    _deferring.append(True)
+    try:
+        yield
+    finally:
+        _deferring.pop()
+        signal.signal(signal.SIGINT, old)
+    if _pending and not _deferring:
+        name = _pending[0]
+        _pending.clear()
+        raise InstallInterrupted(f"stopped by {name}",
+                                 "run `sagedoctor install` again when ready")
 
 
 @contextlib.contextmanager
