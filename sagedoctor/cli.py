@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan_options(install)
     install.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     install.add_argument("--quick", action="store_true", help="a short verify sweep")
+    install.add_argument("--offline", action="store_true",
+                         help="use only the download cache; fail if something is missing")
+    install.add_argument("--source-url", metavar="URL",
+                         help="Linux: fetch the pinned source archive from here (https, or "
+                              "http on 127.0.0.1/localhost); SAGEDOCTOR_SOURCE_URL also works")
     verify = sub.add_parser("verify", help="prove SageAttention correct and faster on each GPU",
                             description="Run the runtime's self-test in the target venv: every "
                                         "kernel against SDPA, timings, and the calibration "
@@ -158,7 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.source is not None and not args.source.is_dir():
                 parser.error(f"--source {args.source}: not a folder")
             return run_install(InstallOptions(_plan_options(args), dry_run=args.dry_run,
-                                              quick_verify=args.quick))
+                                              quick_verify=args.quick, offline=args.offline,
+                                              source_url=args.source_url))
         if args.command == "index":
             from .commands.index import run_refresh
 

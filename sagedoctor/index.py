@@ -85,6 +85,7 @@ class WindowsWheel:
     sha256: str | None = None
     sha256_source: str | None = None
     problems: tuple[str, ...] = ()
+    broken_archs: tuple[str, ...] = ()  # compute capabilities its kernels are wrong on
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,14 @@ class LinuxIndex:
     cuda: str
     torch: SpecifierSet
     version: str  # template with {cuda} and {torch} (the torch minor, "2.11")
+    # Provenance: what the third party builds from, and where that build is known broken.
+    source_repository: str = ""
+    source_ref: str = ""
+    broken_archs: tuple[str, ...] = ()
+    builder: str | None = None  # the build recipe (workflow) that makes these wheels
+
+    def broken_on(self, archs: list[str]) -> list[str]:
+        return [cc for cc in archs if cc in self.broken_archs]
 
     def version_for(self, torch_version: str) -> str | None:
         minor = compat.minor_of(torch_version)
@@ -134,6 +143,7 @@ class WheelIndex:
     windows_archs_cuda_12_8: tuple[str, ...]
     build: SourceSpec
     linux_indexes: tuple[LinuxIndex, ...] = ()
+    windows_source: str = ""  # the repository the Windows wheels are built from
 
     def min_nvcc_for(self, cc: str) -> str:
         return self.build.min_nvcc.get(cc, "12.0")
@@ -252,6 +262,8 @@ def _triton(table: TomlTable) -> TritonRules:
 def parse_windows_wheel(row: TomlTable, release_base: str) -> WindowsWheel:
     file = row.text("file")
     row.where = f"{row.where} ({file})"
+    if "/" in file or "\\" in file or ".." in file:
+        raise row.fail("a file name must not hold path separators or '..'")
     try:
         name, version, _build, tags = parse_wheel_filename(file)
     except InvalidWheelFilename as exc:
@@ -286,6 +298,7 @@ def parse_windows_wheel(row: TomlTable, release_base: str) -> WindowsWheel:
     if sha256_source is not None and sha256_source not in SHA256_SOURCES:
         raise row.fail(f"sha256_source must be one of {', '.join(SHA256_SOURCES)}")
     problems = row.texts("problems", required=False)
+    broken_archs = _cc(row, "broken_archs", row.texts("broken_archs", required=False))
     row.done()
     major = label.cuda_major
     cuda_minor = label.cuda_label[len(f"cu{major}"):]
@@ -295,7 +308,7 @@ def parse_windows_wheel(row: TomlTable, release_base: str) -> WindowsWheel:
         version=str(version), cuda=f"{major}.{cuda_minor}", cuda_major=major,
         torch=torch, and_higher=label.and_higher, post=label.post, tags=tag_names,
         python_min=min(pythons), sha256=sha256, sha256_source=sha256_source,
-        problems=problems,
+        problems=problems, broken_archs=broken_archs,
     )
 
 
@@ -346,7 +359,15 @@ def _linux_index(row: TomlTable) -> LinuxIndex:
         cuda=row.text("cuda"),
         torch=_spec(row, "torch", row.text("torch")),
         version=row.text("version"),
+        source_repository=_https(row, "source_repository", row.text("source_repository")),
+        source_ref=row.text("source_ref"),
+        broken_archs=_cc(row, "broken_archs", row.texts("broken_archs")),
+        builder=row.text("builder", required=False),
     )
+    if entry.builder is not None:
+        _https(row, "builder", entry.builder)
+    if not re.fullmatch(r"[\w.\-/]+", entry.source_ref):
+        raise row.fail(f"bad source_ref {entry.source_ref!r}")
     _minor(row, "cuda", entry.cuda)
     try:
         Version(entry.version.format(cuda="12.8", torch="2.10"))
@@ -373,6 +394,9 @@ def parse_index(data: object, source: str) -> WheelIndex:
     windows = top.table("windows")
     assert windows is not None
     release_base = _https(windows, "release_base", windows.text("release_base"))
+    windows_source = windows.text("source_repository", required=False) or ""
+    if windows_source:
+        _https(windows, "source_repository", windows_source)
     if not release_base.endswith("/"):
         raise windows.fail("release_base must end with '/'")
     wheels = tuple(parse_windows_wheel(row, release_base) for row in windows.tables("wheels"))
@@ -393,7 +417,14 @@ def parse_index(data: object, source: str) -> WheelIndex:
         windows_archs_cuda_12_8=cuda_12_8, build=_source(source_table),
         linux_indexes=tuple(_linux_index(row)
                             for row in top.tables("linux_indexes", required=False)),
+        windows_source=windows_source,
     )
+    rejected = {r.ref: r for r in index.build.rejected}
+    for number, entry in enumerate(index.linux_indexes):
+        if entry.source_ref in rejected and not entry.broken_archs:
+            raise IndexError_(source, f"linux_indexes[{number}]",
+                              f"built from {entry.source_ref}, which [source] rejects "
+                              f"({rejected[entry.source_ref].reason}); name its broken_archs")
     top.done()
     return index
 

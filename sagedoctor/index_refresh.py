@@ -181,6 +181,8 @@ def dump_index(index: WheelIndex, updated: str) -> str:
         if pair.linux is not None:
             lines.append(f"linux = {_q(f'{pair.linux[0]}.{pair.linux[1]}')}")
     lines += ["", "[windows]", f"release_base = {_q(index.release_base)}"]
+    if index.windows_source:
+        lines.append(f"source_repository = {_q(index.windows_source)}")
     for wheel in index.windows_wheels:
         lines += ["", "[[windows.wheels]]", f"file = {_q(wheel.file)}",
                   f"release = {_q(wheel.release)}", f"torch = {_q(spec_text(wheel.torch))}"]
@@ -189,6 +191,8 @@ def dump_index(index: WheelIndex, updated: str) -> str:
                       f"sha256_source = {_q(wheel.sha256_source or '')}"]
         if wheel.problems:
             lines.append(f"problems = {_list(wheel.problems)}")
+        if wheel.broken_archs:
+            lines.append(f"broken_archs = {_list(wheel.broken_archs)}")
     build = index.build
     lines += ["", "[windows.archs]", f"all = {_list(index.windows_archs)}",
               f"cuda_12_8 = {_list(index.windows_archs_cuda_12_8)}", "", "[source]",
@@ -207,7 +211,12 @@ def dump_index(index: WheelIndex, updated: str) -> str:
     for entry in index.linux_indexes:
         lines += ["", "[[linux_indexes]]", f"name = {_q(entry.name)}", f"url = {_q(entry.url)}",
                   f"cuda = {_q(entry.cuda)}", f"torch = {_q(spec_text(entry.torch))}",
-                  f"version = {_q(entry.version)}"]
+                  f"version = {_q(entry.version)}",
+                  f"source_repository = {_q(entry.source_repository)}",
+                  f"source_ref = {_q(entry.source_ref)}",
+                  f"broken_archs = {_list(entry.broken_archs)}"]
+        if entry.builder:
+            lines.append(f"builder = {_q(entry.builder)}")
     return "\n".join(lines) + "\n"
 
 

@@ -41,8 +41,12 @@ def supported_table(index: WheelIndex) -> str:
         lines.append(f"\nNever `{ref.ref}` (`{ref.commit[:7]}`): {ref.reason}.")
     if index.linux_indexes:
         lines += ["", "### Linux wheel indexes tried first (third-party)", "",
-                  "| index | CUDA | torch |", "| --- | --- | --- |"]
-        lines += [f"| {e.url} | {e.cuda} | `{spec_text(e.torch)}` |" for e in index.linux_indexes]
+                  "| index | CUDA | torch | built from | never planned on |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {e.url} | {e.cuda} | `{spec_text(e.torch)}` | "
+                  f"{e.source_repository} at `{e.source_ref}` | "
+                  f"{', '.join('sm' + a.replace('.', '') for a in e.broken_archs) or '-'} |"
+                  for e in index.linux_indexes]
     return "\n".join(lines) + "\n"
 
 

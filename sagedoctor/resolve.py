@@ -211,16 +211,21 @@ def _final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
 
 # --- Windows ---------------------------------------------------------------------------------
 
-def _pick_windows_wheel(index: WheelIndex, target: TargetFacts,
-                        torch_cuda: str) -> tuple[WindowsWheel | None, list[str]]:
+def _pick_windows_wheel(index: WheelIndex, target: TargetFacts, torch_cuda: str,
+                        gpus: list[Gpu] | None = None) -> tuple[WindowsWheel | None, list[str]]:
     """The best wheel for this torch, CUDA major and Python, and why others were passed over."""
     torch_version = _public(target.torch.version if target.torch else "")
     cuda_major = int(torch_cuda.split(".")[0])
     tags = _tags(target)
     candidates = []
     why_not: list[str] = []
+    ccs = set(_cc_list(gpus or []))
     for wheel in index.windows_wheels:
         if wheel.cuda_major != cuda_major:
+            continue
+        if ccs & set(wheel.broken_archs):
+            why_not.append(f"{wheel.file} is known broken on "
+                           f"{', '.join(sorted(ccs & set(wheel.broken_archs)))}")
             continue
         if not wheel.torch.contains(torch_version, prereleases=True):
             continue
@@ -287,7 +292,7 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
                           distributions=(rules.windows_package,), requirement=requirement))
 
     # SageAttention: one wheel from the fork's releases, installed with --no-deps.
-    wheel, why_not = _pick_windows_wheel(index, target, build.cuda)
+    wheel, why_not = _pick_windows_wheel(index, target, build.cuda, gpus)
     if wheel is None:
         detail = (f"torch {torch_label} (CUDA {build.cuda}), Python {target.python_version}"
                   + (f"; {'; '.join(why_not)}" if why_not else ""))
@@ -394,11 +399,22 @@ def _toolchain_blockers(facts: Facts, index: WheelIndex, archs: list[str],
     return out
 
 
-def _matching_linux_index(index: WheelIndex, torch_version: str,
-                          torch_cuda: str) -> LinuxIndex | None:
+def _matching_linux_index(index: WheelIndex, torch_version: str, torch_cuda: str,
+                          archs: list[str] | None = None,
+                          notes: list[str] | None = None) -> LinuxIndex | None:
+    """The first index serving this torch and CUDA whose wheels are not known broken on any
+    of these GPUs (its provenance says which architectures its source ref breaks)."""
     for entry in index.linux_indexes:
         if entry.cuda == torch_cuda and entry.torch.contains(_public(torch_version),
                                                              prereleases=True):
+            broken = entry.broken_on(archs or [])
+            if broken:
+                if notes is not None:
+                    notes.append(f"{entry.name}'s wheels are built from "
+                                 f"{entry.source_repository} at {entry.source_ref}, known "
+                                 f"broken on sm{', sm'.join(b.replace('.', '') for b in broken)}"
+                                 ": building the pinned commit instead")
+                continue
             return entry
     return None
 
@@ -458,7 +474,8 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
     build_step = Step("build-from-source", "Build SageAttention from source and install it",
                       build_reason + replaces, distributions=("sageattention",),
                       build=settings)
-    linux_index = (_matching_linux_index(index, target.torch.version, build.cuda or "")
+    linux_index = (_matching_linux_index(index, target.torch.version, build.cuda or "",
+                                         _cc_list(gpus), notes)
                    if options.use_linux_indexes and not options.source_dir else None)
     if linux_index is not None:
         version = linux_index.version_for(target.torch.version)

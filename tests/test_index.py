@@ -100,6 +100,21 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("wrong type", lambda d: d["triton"].update(turing_spec=3), "wrong type"),
     ("bad index template", lambda d: d["linux_indexes"][0].update(version="{nope}"),
      "does not make a version"),
+    # Provenance of third-party wheels (issue 10): required, typed, and consistent with the
+    # refs [source] rejects.
+    ("index without provenance", lambda d: d["linux_indexes"][0].pop("source_ref"),
+     "missing key 'source_ref'"),
+    ("index source over http", lambda d: d["linux_indexes"][0].update(
+        source_repository="http://github.com/x/y"), "must be an https URL"),
+    ("broken arch not a cc", lambda d: d["linux_indexes"][0].update(broken_archs=["sm90"]),
+     "not a compute capability"),
+    ("rejected ref hidden", lambda d: d["linux_indexes"][0].update(broken_archs=[]),
+     "built from v2.2.0, which .source. rejects"),
+    ("wheel broken arch bad", lambda d: d["windows"]["wheels"][0].update(broken_archs=["x"]),
+     "not a compute capability"),
+    ("wheel name with a path", lambda d: d["windows"]["wheels"][0].update(
+        file="../sageattention-2.2.0+cu124torch2.5.1.post3-cp39-abi3-win_amd64.whl"),
+     "path separators"),
 ]
 
 
@@ -224,3 +239,39 @@ def test_refresh_reports_an_api_error(tmp_path: Path) -> None:
     # A port nothing listens on: the connection is refused at once.
     done = run_cli(["index", "refresh", "--api", "http://127.0.0.1:9"], env)
     assert done.returncode == 3 and "GitHub API" in done.stderr
+
+
+# --- provenance: a wheel built from a known-broken ref is never planned where it is broken ---
+
+def _linux_machine(gpus: tuple[str, ...], torch: str) -> Any:
+    from tests.test_resolve import machine
+
+    nvcc = "13.0.88" if torch.endswith("cu130") else "12.8.93"
+    return machine("linux", gpus, torch, nvcc=nvcc)
+
+
+@pytest.mark.parametrize("torch", ["2.7.1+cu126", "2.8.0+cu128", "2.9.1+cu128", "2.10.0+cu130",
+                                   "2.11.0+cu130", "2.12.0+cu128", "2.11.0+cu126"])
+@pytest.mark.parametrize("gpus", [("h200",), ("h100",), ("4090", "h100"), ("a100", "h200")])
+def test_linux_plan_for_sm90_never_holds_a_wheel_built_from_v2_2_0(
+        torch: str, gpus: tuple[str, ...]) -> None:
+    from sagedoctor.resolve import Plan, ResolveOptions, resolve_plan
+
+    index = shipped_index()
+    from_rejected = {e.url for e in index.linux_indexes
+                     if e.source_ref in {r.ref for r in index.build.rejected}}
+    assert from_rejected, "the shipped index names Astral's v2.2.0 builds"
+    plan = resolve_plan(_linux_machine(gpus, torch), index, ResolveOptions())
+    assert isinstance(plan, Plan), plan
+    assert not [s for s in plan.steps if s.index_url in from_rejected]
+    assert plan.steps[0].action == "build-from-source"
+    assert any("known broken on sm90" in n for n in plan.notes)
+
+
+def test_the_same_index_is_still_planned_where_its_wheels_work() -> None:
+    from sagedoctor.resolve import Plan, ResolveOptions, resolve_plan
+
+    plan = resolve_plan(_linux_machine(("4090",), "2.11.0+cu130"), shipped_index(),
+                        ResolveOptions())
+    assert isinstance(plan, Plan)
+    assert plan.steps[0].action == "install-from-index"

@@ -23,53 +23,27 @@ from sagedoctor.install.execute import (
 )
 from sagedoctor.install.fetch import download, extract_source
 from sagedoctor.install.runner import Installer, InstallError
-from sagedoctor.resolve import BuildSettings, Plan, Step
-from tests.standins import add_dist, clean_env, local_server, make_venv, run_cli, venv_python
+from sagedoctor.resolve import Step
+from tests.standins import add_dist, clean_env, local_server, run_cli
+from tests.test_install_kit import fake_source, plan, settings_for, torch_venv
 
 PROFILES = Path(__file__).parent / "profiles"
 
-FAKE_SETUP = '''
-import json, os
-from setuptools import setup
-if os.environ.get("FAIL_BUILD_MARKER") or os.path.exists("FAIL"):
-    raise SystemExit("nvcc fatal: simulated compiler failure")
-os.makedirs("sageattention", exist_ok=True)
-keys = ["TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "EXT_PARALLEL", "NVCC_APPEND_FLAGS", "CUDA_HOME"]
-with open("sageattention/build_env.json", "w") as f:
-    json.dump({k: os.environ.get(k) for k in keys}, f)
-setup(name="sageattention", version="2.2.0", packages=["sageattention"],
-      package_data={"sageattention": ["build_env.json"]})
-'''
-
-
-def fake_source(folder: Path, fail: bool = False) -> Path:
-    """A stand-in SageAttention source tree: real setup.py, no CUDA."""
-    folder.mkdir(parents=True)
-    (folder / "setup.py").write_text(FAKE_SETUP, encoding="utf-8")
-    (folder / "sageattention").mkdir()
-    (folder / "sageattention" / "__init__.py").write_text("", encoding="utf-8")
-    if fail:
-        (folder / "FAIL").write_text("", encoding="utf-8")
-    return folder
-
-
-def settings_for(source: Path) -> BuildSettings:
-    return BuildSettings(source=str(source), commit=None, arch_list="8.6;8.9",
-                         cuda_home="/usr/local/cuda", max_jobs=2, ext_parallel=2,
-                         nvcc_threads=2, build_requires=("setuptools>=62,<75", "wheel",
-                                                         "packaging"))
-
-
-def plan(python: Path, *steps: Step) -> Plan:
-    return Plan(python=str(python), prefix=str(python.parent.parent), os="linux", steps=steps)
-
 
 @pytest.fixture
-def venv(tmp_path: Path) -> tuple[Path, Path]:
-    root = tmp_path / "my venv ü"
-    site = make_venv(root)
-    add_dist(site, "torch", "2.11.0+cu130")
-    return venv_python(root), site
+def venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    monkeypatch.setenv("SAGEDOCTOR_SMOKE_DEVICE", "cpu")  # the stand-in kernels run on the CPU
+    return torch_venv(tmp_path / "my venv ü")
+
+
+def run_plan(python: Path, tmp_path: Path, *steps: Step, messages: list[str] | None = None,
+             **options: Any) -> Executor:
+    work = tmp_path / f"work-{len(list(tmp_path.glob('work-*')))}"
+    executor = Executor(plan(python, *steps), (messages if messages is not None else []).append,
+                        work, tmp_path / "logs", cache_dir=tmp_path / "cache",
+                        state_root=tmp_path / "state", **options)
+    executor.run("0.1.0")
+    return executor
 
 
 def test_runtime_bundle_installs_with_a_record_and_uninstalls(venv: tuple[Path, Path],
@@ -95,17 +69,17 @@ def test_source_build_uses_the_plans_environment_and_changes_only_sageattention(
     before = installed_distributions(python)
     messages: list[str] = []
     step = Step("build-from-source", "Build", "why", ("sageattention",),
-                build=settings_for(source))
-    Executor(plan(python, step), messages.append, tmp_path / "work",
-             tmp_path / "logs").run("0.1.0")
+                build=settings_for(str(source)))
+    run_plan(python, tmp_path, step, messages=messages)
     after = installed_distributions(python)
     assert after["sageattention"] == "2.2.0"
-    assert after["torch"] == before["torch"] == "2.11.0+cu130"
+    assert after["torch"] == before["torch"]
     recorded = json.loads((site / "sageattention" / "build_env.json").read_text())
     assert recorded == {"TORCH_CUDA_ARCH_LIST": "8.6;8.9", "MAX_JOBS": "2",
                         "EXT_PARALLEL": "2", "NVCC_APPEND_FLAGS": "--threads 2",
                         "CUDA_HOME": "/usr/local/cuda"}
     assert any("built sageattention-2.2.0" in m for m in messages)
+    assert any(m.startswith("smoke check passed: cpu") for m in messages)
     assert not (source / "build").exists()  # built on a copy; the user's folder stays clean
 
 
@@ -115,15 +89,15 @@ def test_failed_build_leaves_the_venv_as_it_was(venv: tuple[Path, Path],
     source = fake_source(tmp_path / "src", fail=True)
     before = installed_distributions(python)
     step = Step("build-from-source", "Build", "why", ("sageattention",),
-                build=settings_for(source))
+                build=settings_for(str(source)))
     bundle = Step("bundle-runtime", "Runtime", "why", ("sagedoctor-runtime",))
     with pytest.raises(InstallError) as info:
-        Executor(plan(python, step, bundle), lambda _m: None, tmp_path / "work",
-                 tmp_path / "logs").run("0.1.0")
+        run_plan(python, tmp_path, step, bundle)
     assert "simulated compiler failure" in info.value.message
-    assert "Already done: nothing" in info.value.fix
+    assert "The venv was not changed" in info.value.fix
     assert installed_distributions(python) == before
-    assert (tmp_path / "logs" / "sageattention-build.log").is_file()
+    logs = list((tmp_path / "logs").glob("install-*.log"))
+    assert len(logs) == 1 and "simulated compiler failure" in logs[0].read_text()
 
 
 def test_a_failed_build_happens_before_sageattention_1_is_removed(venv: tuple[Path, Path],
@@ -132,10 +106,9 @@ def test_a_failed_build_happens_before_sageattention_1_is_removed(venv: tuple[Pa
     add_dist(site, "sageattention", "1.0.6", {"sageattention/__init__.py": ""})
     uninstall = Step("uninstall", "Uninstall SageAttention 1", "why", ("sageattention",))
     build = Step("build-from-source", "Build", "why", ("sageattention",),
-                 build=settings_for(fake_source(tmp_path / "src", fail=True)))
+                 build=settings_for(str(fake_source(tmp_path / "src", fail=True))))
     with pytest.raises(InstallError, match=r"step 2 .*simulated compiler failure"):
-        Executor(plan(python, uninstall, build), lambda _m: None, tmp_path / "w",
-                 tmp_path / "l").run("0.1.0")
+        run_plan(python, tmp_path, uninstall, build)
     assert installed_distributions(python)["sageattention"] == "1.0.6"
 
 
@@ -146,8 +119,7 @@ def test_unknown_steps_are_refused_before_any_change(venv: tuple[Path, Path],
     unknown = Step("frobnicate", "A step from a newer sagedoctor", "why")
     before = installed_distributions(python)
     with pytest.raises(InstallError, match="cannot yet carry out: frobnicate"):
-        Executor(plan(python, bundle, unknown), lambda _m: None, tmp_path / "w",
-                 tmp_path / "l").run("0.1.0")
+        run_plan(python, tmp_path, bundle, unknown)
     assert installed_distributions(python) == before
 
 
@@ -157,7 +129,7 @@ def test_invokeai_setting_is_spelled_out_not_silently_skipped(venv: tuple[Path, 
     enable = Step("enable-invokeai", "Enable", "why", paths=("/x/invokeai.yaml",),
                   config=(("attention_backend", "sage"),))
     messages: list[str] = []
-    Executor(plan(python, enable), messages.append, tmp_path / "w", tmp_path / "l").run("0.1.0")
+    run_plan(python, tmp_path, enable, messages=messages)
     assert any("set `attention_backend: sage` in /x/invokeai.yaml by hand" in m
                for m in messages)
 
@@ -259,3 +231,54 @@ def test_plan_blocked_exit_code_and_text(tmp_path: Path) -> None:
     done = run_cli(["plan", "--facts", str(PROFILES / "macos-apple.json")], clean_env(tmp_path))
     assert done.returncode == 2
     assert "No plan: fix these first." in done.stdout and "SD101" in done.stdout
+
+
+def test_install_recovers_a_killed_runs_journal_before_planning(tmp_path: Path) -> None:
+    from sagedoctor.install.lock import venv_state_dir
+    from tests.standins import make_venv
+
+    root = tmp_path / "venv ü"
+    make_venv(root)
+    env = clean_env(tmp_path)
+    state = tmp_path / "home" / ".local" / "state" / "sagedoctor"
+    folder = venv_state_dir(root, state)
+    folder.mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    work = tmp_path / "left behind"
+    work.mkdir()
+    (folder / "journal.json").write_text(json.dumps({
+        "schema_version": 1, "pid": dead.pid, "phase": "preparing", "work": str(work),
+        "build_pgid": None, "python": str(root / "bin" / "python"), "prefix": str(root)}),
+        encoding="utf-8")
+    done = run_cli(["install", "--venv", str(root)], env, timeout=120)
+    assert f"an earlier install (pid {dead.pid}) was interrupted" in done.stdout, done.stdout
+    assert "it had not changed the venv yet" in done.stdout
+    assert not (folder / "journal.json").exists() and not work.exists()
+
+
+@pytest.mark.parametrize(("url", "ok"), [
+    ("https://github.com/thu-ml/SageAttention/archive/x.tar.gz", True),
+    ("http://127.0.0.1:8000/sage.tar.gz", True),
+    ("http://localhost:8000/sage.tar.gz", True),
+    ("http://example.org/sage.tar.gz", False),
+    ("file:///tmp/sage.tar.gz", False),
+])
+def test_source_url_is_https_or_local_http(url: str, ok: bool,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from sagedoctor.commands.install import InstallOptions, _source_url
+    from sagedoctor.commands.plan import PlanOptions
+
+    monkeypatch.delenv("SAGEDOCTOR_SOURCE_URL", raising=False)
+    options = InstallOptions(PlanOptions(), source_url=url)
+    if ok:
+        assert _source_url(options) == url
+    else:
+        with pytest.raises(InstallError, match="not https"):
+            _source_url(options)
+    monkeypatch.setenv("SAGEDOCTOR_SOURCE_URL", url)  # the variable is held to the same rule
+    if ok:
+        assert _source_url(InstallOptions(PlanOptions())) == url
+    else:
+        with pytest.raises(InstallError, match="SAGEDOCTOR_SOURCE_URL"):
+            _source_url(InstallOptions(PlanOptions()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ class InstallOptions:
     plan: PlanOptions
     dry_run: bool = False
     quick_verify: bool = False
+    offline: bool = False
+    source_url: str | None = None  # else SAGEDOCTOR_SOURCE_URL
 
 
 def _log_dir() -> Path:
@@ -27,9 +30,52 @@ def _log_dir() -> Path:
     return Path(user_log_dir("sagedoctor", appauthor=False))
 
 
+def _recover_first(facts: object, stream: TextIO) -> bool:
+    """A run killed outright left a journal: roll back before planning anything."""
+    from ..install.lock import venv_lock, venv_state_dir
+    from ..install.transaction import recover_interrupted
+
+    target = getattr(facts, "target", None)
+    if target is None:
+        return False
+    prefix = Path(target.prefix)
+    folder = venv_state_dir(prefix)
+    if not (folder / "journal.json").is_file():
+        return False
+
+    def say(message: str) -> None:
+        stream.write(f"  {message}\n")
+        stream.flush()
+
+    with venv_lock(folder, prefix, say):
+        return recover_interrupted(folder, say)
+
+
+def _source_url(options: InstallOptions) -> str | None:
+    from urllib.parse import urlsplit
+
+    from ..install.fetch import LOCAL_HOSTS
+
+    url = options.source_url or os.environ.get("SAGEDOCTOR_SOURCE_URL") or None
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if not (parts.scheme == "https" and parts.hostname) and not (
+            parts.scheme == "http" and parts.hostname in LOCAL_HOSTS):
+        from ..install.runner import InstallError
+
+        where = "--source-url" if options.source_url else "SAGEDOCTOR_SOURCE_URL"
+        raise InstallError(f"{where} {url!r}: not https (http only for 127.0.0.1 or "
+                           "localhost)", f"fix {where}")
+    return url
+
+
 def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
     stream = out or sys.stdout
-    _facts, index, result = gather(options.plan)
+    facts, index, result = gather(options.plan)
+    if (not options.dry_run and options.plan.facts_file is None
+            and _recover_first(facts, stream)):
+        facts, index, result = gather(options.plan)  # plan the venv as it is now
     if options.dry_run or isinstance(result, Blocked):
         if options.plan.as_json:
             stream.write(render_plan_json(result, index.source))
@@ -48,7 +94,8 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
         stream.write(f"  {message}\n")
         stream.flush()
 
-    execute_plan(result, progress, _log_dir(), __version__)
+    execute_plan(result, progress, _log_dir(), __version__, offline=options.offline,
+                 source_url=_source_url(options))
     if any(step.action == "verify" for step in result.steps):
         return run_verify(Path(result.python), Path(result.prefix), options.quick_verify,
                           options.plan.as_json, stream)

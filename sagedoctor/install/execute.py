@@ -1,8 +1,14 @@
-"""Carry out a Plan step by step, proving afterwards that nothing outside the plan changed.
+"""Carry out a Plan as one transaction under the venv's lock.
 
-Downloads and source builds all happen before the venv is touched, so a failed download,
-digest or build leaves the venv as it was; a later failed step stops the run and says what was
-already done.
+1. Prepare: every wheel the plan installs is downloaded into the cache (digest-checked), built,
+   or taken from the cache, and checked (RECORD, zip paths) before the venv is touched. Where
+   an index wheel cannot be had, the fallback source build is prepared instead, still before.
+2. Change: the touched distributions are snapshotted and backed up, a journal names them, the
+   steps run, the SageAttention kernel is smoke-checked, and nothing outside the plan (torch
+   least of all) may have changed.
+3. Any failure, signal or exception (the progress callback's included) rolls back and proves
+   by sha256 that the venv is as it was. A smoke check that fails on an index wheel rolls back
+   and takes the next route: the source build of the pinned commit.
 """
 
 from __future__ import annotations
@@ -11,24 +17,53 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
+from packaging import tags as packaging_tags
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ..proc import ToolMissing, ToolTimeout, run_tool
-from ..resolve import Plan, Step
+from ..resolve import BuildSettings, Plan, Step
 from .bundle import build_runtime_wheel
-from .fetch import download, extract_source
+from .cache import Cache, built_key, default_cache_dir, file_sha256, safe_file_name
+from .errors import (
+    HostileDownload,
+    InstallInterrupted,
+    NotInCache,
+    RecoveredInterruptedRun,
+    RollbackIncomplete,
+    SmokeCheckFailed,
+)
+from .fetch import LOCAL_HOSTS, download, extract_source, github_asset_digest
+from .lock import venv_lock, venv_state_dir
+from .runlog import RunLog
 from .runner import Installer, InstallError
+from .signals import deferred, interrupts_raise
+from .simple_index import resolve_from_index
+from .smoke import SMOKE_TIMEOUT_S, run_smoke
 from .source_build import build_wheel
+from .transaction import (
+    LIGHT,
+    Journal,
+    back_up,
+    recover_interrupted,
+    roll_back,
+    snapshot_differences,
+    take_snapshot,
+    target_state,
+)
+from .wheelcheck import check_wheel, landing_paths
 
 Progress = Callable[[str], None]
-T = TypeVar("T")
 SUPPORTED = frozenset({"uninstall", "remove-leftovers", "install", "install-wheel",
                        "install-from-index", "build-from-source", "bundle-runtime",
                        "enable-invokeai", "verify"})
+SAGE_ACTIONS = frozenset({"install-wheel", "install-from-index", "build-from-source"})
+PACKAGE_ACTIONS = SAGE_ACTIONS | {"install", "bundle-runtime"}
+DEFAULT_INDEX = "https://pypi.org/simple/"
+GITHUB_API = "https://api.github.com"
 _LIST_DISTS = ("import json, importlib.metadata as m\n"
                "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions() "
                "if d.metadata['Name']}))")
@@ -59,17 +94,61 @@ def unexpected_changes(before: dict[str, str], after: dict[str, str],
     return out
 
 
+def target_tags(python_version: str) -> list[str]:
+    """The target's wheel tags, most preferred first (it runs on this machine: same platform,
+    its own Python version)."""
+    major, minor = (int(p) for p in python_version.split(".")[:2])
+    platforms = list(packaging_tags.platform_tags())
+    return ([str(t) for t in packaging_tags.cpython_tags((major, minor), platforms=platforms)]
+            + [str(t) for t in packaging_tags.compatible_tags((major, minor),
+                                                              platforms=platforms)])
+
+
+def _local(url: str) -> str | None:
+    """http is allowed for a server on this machine only."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname
+    return host if host in LOCAL_HOSTS else None
+
+
+def _pinned(requirement: str) -> bool:
+    spec = list(Requirement(requirement).specifier)
+    return len(spec) == 1 and spec[0].operator in ("==", "===") and "*" not in spec[0].version
+
+
 class Executor:
-    def __init__(self, plan: Plan, progress: Progress, work: Path, log_dir: Path) -> None:
+    def __init__(self, plan: Plan, progress: Progress, work: Path, log_dir: Path, *,
+                 cache_dir: Path | None = None, offline: bool = False,
+                 state_root: Path | None = None, source_url: str | None = None,
+                 github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S) -> None:
         self.plan = plan
         self.python = Path(plan.python)
+        self.prefix = Path(plan.prefix)
         self.progress = progress
         self.work = work
         self.log_dir = log_dir
-        self.installer = Installer.for_target(self.python)
+        self.cache = Cache(cache_dir or default_cache_dir())
+        self.offline = offline
+        self.state_root = state_root
+        self.source_url = source_url
+        self.github_api = github_api
+        self.smoke_timeout = smoke_timeout
+        self.installer = Installer.for_target(self.python, self.cache.uv_dir, offline)
         self.done: list[str] = []
+        self.downloaded_bytes = 0
+        self.log: RunLog | None = None
+        self.journal: Journal | None = None
+        self.target: dict[str, Any] = {}
+        self.fallback_reasons: list[str] = []
         work.mkdir(parents=True, exist_ok=True)
-        log_dir.mkdir(parents=True, exist_ok=True)
+
+    # --- the run ----------------------------------------------------------------------------
+
+    def say(self, message: str) -> None:
+        if self.log is not None:
+            self.log.write(message)
+        self.progress(message)
 
     def run(self, runtime_version: str) -> None:
         unsupported = [s.action for s in self.plan.steps if s.action not in SUPPORTED]
@@ -77,99 +156,290 @@ class Executor:
             raise InstallError(f"this sagedoctor cannot yet carry out: {', '.join(unsupported)}",
                                "nothing was changed; do that step by hand (see `sagedoctor "
                                "plan`)")
-        before = installed_distributions(self.python)
-        total = len(self.plan.steps)
-        # Downloads and builds first: the venv changes only once every wheel exists.
+        self.log = RunLog(self.log_dir)
+        try:
+            self.say(f"log: {self.log.path}")
+            folder = venv_state_dir(self.prefix, self.state_root)
+            with venv_lock(folder, self.prefix, self.say):
+                if recover_interrupted(folder, self.say):
+                    raise RecoveredInterruptedRun(
+                        "an interrupted install was rolled back first; this plan was made "
+                        "before that", "run `sagedoctor install` again: it plans afresh")
+                self.journal = Journal(folder)
+                self.journal.begin(self.python, self.prefix, self.work, self.log.path)
+                keep_journal = False
+                try:
+                    with interrupts_raise():
+                        self._run_routes(runtime_version)
+                except RollbackIncomplete:
+                    keep_journal = True  # the next run tries again; the backups stay
+                    raise
+                finally:
+                    if not keep_journal:
+                        self.journal.finish()
+        finally:
+            self.log.close()
+
+    def _sage_step(self) -> Step | None:
+        return next((s for s in self.plan.steps if s.action in SAGE_ACTIONS), None)
+
+    def _run_routes(self, runtime_version: str) -> None:
+        sage = self._sage_step()
+        can_fall_back = (sage is not None and sage.action == "install-from-index"
+                         and sage.build is not None)
+        use_build = False
+        self.target = target_state(self.python, LIGHT)
+        while True:
+            try:
+                prepared = self._prepare_all(runtime_version, use_build)
+            except InstallError as exc:
+                if isinstance(exc, InstallInterrupted) or not can_fall_back or use_build:
+                    raise type(exc)(exc.message, f"{exc.fix} The venv was not changed: "
+                                    "nothing is installed before every wheel exists."
+                                    .strip()) from exc
+                assert sage is not None
+                reason = f"{sage.index_url} did not serve it ({exc.message[:160]})"
+                self.fallback_reasons.append(reason)
+                self.say(f"{reason}; building from source before changing anything")
+                use_build = True
+                continue
+            try:
+                self._transaction(prepared)
+                return
+            except SmokeCheckFailed as exc:
+                if not can_fall_back or use_build:
+                    raise
+                assert sage is not None
+                reason = f"the wheel from {sage.index_url} failed the smoke check"
+                self.fallback_reasons.append(f"{reason}: {exc.message}")
+                self.say(f"{reason}, so it was rolled back; taking the next route: the "
+                         "source build of the pinned commit")
+                use_build = True
+
+    # --- preparing (the venv is not touched) -------------------------------------------------
+
+    def _prepare_all(self, runtime_version: str, use_build: bool) -> dict[int, Path]:
         prepared: dict[int, Path] = {}
+        total = len(self.plan.steps)
         for number, step in enumerate(self.plan.steps, 1):
-            if step.action in ("install-wheel", "build-from-source"):
-                self.progress(f"[{number}/{total}] preparing: {step.title}")
-                prepared[number] = self._guarded(number, step, partial(self._prepare, step))
+            if step.action not in PACKAGE_ACTIONS:
+                continue
+            self.say(f"[{number}/{total}] preparing: {step.title}")
+            try:
+                wheel = self._prepare(step, runtime_version, use_build)
+                check_wheel(wheel)
+            except InstallError as exc:
+                raise type(exc)(f"step {number} ({step.title}): {exc.message}", exc.fix) \
+                    from exc
+            prepared[number] = wheel
+        return prepared
+
+    def _prepare(self, step: Step, runtime_version: str, use_build: bool) -> Path:
+        if step.action == "install-wheel":
+            assert step.wheel is not None
+            return self._fetch(step.wheel.file, step.wheel.url, step.wheel.sha256,
+                               step.wheel.sha256_source)
+        if step.action == "bundle-runtime":
+            return build_runtime_wheel(self.work / "runtime", runtime_version)
+        if step.action == "build-from-source" or (step.action == "install-from-index"
+                                                  and use_build):
+            assert step.build is not None
+            return self._build(step.build)
+        assert step.requirement is not None
+        return self._from_index(step.index_url or DEFAULT_INDEX, step.requirement)
+
+    def _fetch(self, name: str, url: str, sha256: str | None, source: str | None) -> Path:
+        safe_file_name(name, url)
+        hit = self.cache.lookup(name, sha256, url)
+        if hit is not None:
+            self.say(f"{name}: from the cache, sha256 checked (no download)")
+            return hit
+        if self.offline:
+            raise NotInCache(f"{name} is not in the cache, and --offline forbids downloading",
+                             "run once without --offline to fill the cache")
+        expected, how = sha256, "matches the index"
+        if sha256 is None or source == "third-party":
+            github, why = github_asset_digest(url, self.github_api, _local(self.github_api))
+            if github is not None:
+                if sha256 is not None and github != sha256:
+                    raise HostileDownload(f"{name}: the index's sha256 {sha256} differs from "
+                                          f"GitHub's asset digest {github}",
+                                          "refused; run `sagedoctor index refresh`")
+                expected, how = github, "matches GitHub's asset digest"
+            elif why != "not a GitHub release asset":
+                self.say(f"{name}: {why}")
+        folder = self.work / "downloads"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.say(f"downloading {url}")
+        got = download(url, folder / name, expected, allow_http_host=_local(url))
+        self.downloaded_bytes += (folder / name).stat().st_size
+        path = self.cache.store(folder / name, name, got, url)
+        self.say(f"sha256 {got} ({how if expected else 'measured on first download'}; "
+                 f"stored in the cache)")
+        return path
+
+    def _from_index(self, index_url: str, requirement: str) -> Path:
+        tags = target_tags(self.target["python"])
+        key = json.dumps([index_url, requirement, tags[0]])
+        remembered = self.cache.resolution(key) if (_pinned(requirement) or self.offline) \
+            else None
+        if remembered is not None:
+            hit = self.cache.lookup(remembered["name"], remembered["sha256"], remembered["url"])
+            if hit is not None:
+                self.say(f"{requirement}: {hit.name} from the cache (no index request)")
+                return hit
+        if self.offline:
+            raise NotInCache(f"{requirement} from {index_url} is not in the cache, and "
+                             "--offline forbids asking the index", "run once without --offline")
+        self.say(f"asking {index_url} for {requirement}")
+        chosen = resolve_from_index(index_url, requirement, tags, _local(index_url))
+        path = self._fetch(chosen.name, chosen.url, chosen.sha256,
+                           "index" if chosen.sha256 else None)
+        self.cache.remember_resolution(key, {"name": chosen.name, "url": chosen.url,
+                                             "sha256": file_sha256(path)})
+        return path
+
+    def _build(self, settings: BuildSettings) -> Path:
+        torch = (self.target["dists"].get("torch") or [{}])[0].get("version", "none")
+        python_tag = "cp" + self.target["python"].replace(".", "")
+        key = (built_key(settings.commit, torch, python_tag, settings.arch_list)
+               if settings.commit else None)
+        if key is not None and settings.commit is not None:
+            hit = self.cache.built_wheel(key)
+            if hit is not None:
+                self.say(f"{hit.name}: built before from {settings.commit[:7]} for torch "
+                         f"{torch}, {python_tag}, archs {settings.arch_list} (from the cache)")
+                return hit
+        source = Path(settings.source)
+        if settings.commit is not None:  # the pinned archive (or a local copy of it)
+            url = self.source_url or settings.source
+            name = f"SageAttention-{settings.commit}.tar.gz"
+            archive = self._fetch(name, url, settings.source_sha256, None)
+            unpacked = self.work / "archive"
+            if unpacked.exists():
+                shutil.rmtree(unpacked)
+            source = extract_source(archive, unpacked)
+        assert self.log is not None and self.journal is not None
+        build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=self.work))
+        journal = self.journal
+        wheel = build_wheel(self.python, settings, source, build_dir, self.log.path, self.say,
+                            self.installer, started=lambda pid: journal.write(build_pgid=pid))
+        journal.write(build_pgid=None)
+        return self.cache.store_built(key, wheel) if key is not None else wheel
+
+    # --- changing the venv --------------------------------------------------------------------
+
+    def _moves(self) -> list[tuple[str, str]]:
+        backup = self.log_dir / "leftovers"  # kept: nothing of the user's is deleted
+        return [(path, str(backup / Path(path).name)) for step in self.plan.steps
+                if step.action == "remove-leftovers" for path in step.paths
+                if Path(path).exists()]
+
+    def _transaction(self, prepared: dict[int, Path]) -> None:
+        assert self.journal is not None
+        names = set(self.plan.changed_distributions)
+        before = take_snapshot(self.python, names)
+        purelib, scripts = Path(before["purelib"]), Path(before["scripts"])
+        landing = {p for wheel in prepared.values()
+                   for p in landing_paths(check_wheel(wheel), purelib, scripts)}
+        # Paths the new wheels write that exist already: owned files are backed up with their
+        # distribution; stray files are backed up too; anything else (a folder) is left be.
+        additions = sorted(str(p) for p in landing if not (p.exists() or p.is_symlink()))
+        strays = sorted(p for p in landing if p.is_file())
+        moves = self._moves()
+        backups = back_up(before, self.journal.backup, extra=strays)
+        self.journal.write(phase="changing", names=sorted(names), snapshot=before,
+                           backups=backups, additions=additions, moved=moves,
+                           backup_dir=str(self.journal.backup))
+        dists_before: dict[str, str] = before["all"]
+        self.done = []
+        try:
+            self._apply(prepared, moves)
+            self._smoke()
+            now = take_snapshot(self.python, ())
+            changed = unexpected_changes(dists_before, now["all"],
+                                         self.plan.changed_distributions)
+            light_before = {"dists": {n: before["dists"].get(n, []) for n in LIGHT}}
+            light_after = {"dists": {n: now["dists"].get(n, []) for n in LIGHT}}
+            changed += snapshot_differences(light_before, light_after)
+            if changed:
+                raise InstallError("distributions outside the plan changed: "
+                                   + "; ".join(changed), "please report this")
+        except BaseException as exc:
+            self._roll_back_and_raise(exc)
+        self.journal.write(phase="committed")
+        self.say("committed: " + "; ".join(self.done))
+
+    def _roll_back_and_raise(self, exc: BaseException) -> None:
+        assert self.journal is not None
+        self.say(f"rolling back: {exc}")
+        try:
+            state = roll_back(self.journal.data, self.say)
+        except RollbackIncomplete as failed:
+            raise failed from exc
+        self.say(state)
+        done = "; ".join(self.done) or "nothing"
+        if isinstance(exc, InstallError):
+            try:
+                wrapped = type(exc)(exc.message, f"Rolled back ({done} undone): {state}. "
+                                    f"{exc.fix}".strip())
+            except TypeError:
+                wrapped = InstallError(exc.message, f"Rolled back: {state}. {exc.fix}")
+            raise wrapped from exc
+        if isinstance(exc, KeyboardInterrupt):
+            raise InstallInterrupted("stopped by Ctrl+C", f"Rolled back: {state}.") from exc
+        raise exc
+
+    def _apply(self, prepared: dict[int, Path], moves: list[tuple[str, str]]) -> None:
+        total = len(self.plan.steps)
         for number, step in enumerate(self.plan.steps, 1):
             if step.action == "verify":
-                continue  # the caller verifies, after the proof below
-            self.progress(f"[{number}/{total}] {step.title}")
-            wheel = prepared.get(number)
-            self._guarded(number, step, partial(self._step, step, runtime_version, wheel))
+                continue  # the caller verifies, after the proof
+            self.say(f"[{number}/{total}] {step.title}")
+            try:
+                self._step(step, prepared.get(number), moves)
+            except InstallError as exc:
+                raise type(exc)(f"step {number} ({step.title}) failed: {exc.message}",
+                                exc.fix) from exc
             self.done.append(step.title)
-        after = installed_distributions(self.python)
-        changed = unexpected_changes(before, after, self.plan.changed_distributions)
-        if changed:
-            raise InstallError("distributions outside the plan changed: " + "; ".join(changed),
-                               "restore them with the venv's installer; please report this")
 
-    def _guarded(self, number: int, step: Step, action: Callable[[], T]) -> T:
-        try:
-            return action()
-        except InstallError as exc:
-            done = "; ".join(self.done) or "nothing"
-            raise InstallError(f"step {number} ({step.title}) failed: {exc.message}",
-                               f"{exc.fix} Already done: {done}.") from exc
+    def _step(self, step: Step, wheel: Path | None, moves: list[tuple[str, str]]) -> None:
+        with deferred():  # a signal waits for uv to finish; the rollback follows at once
+            self._change(step, wheel, moves)
 
-    def _prepare(self, step: Step) -> Path:
-        """A wheel on disk for this step, downloaded and checked, or built."""
-        if step.wheel is not None:
-            path = self.work / step.wheel.file
-            self.progress(f"downloading {step.wheel.url}")
-            got = download(step.wheel.url, path, step.wheel.sha256)
-            self.progress(f"sha256 {got}" + (" (matches the index)" if step.wheel.sha256 else
-                                             " (not in the index; recorded)"))
-            return path
-        return self._build_wheel(step)
-
-    def _step(self, step: Step, runtime_version: str, wheel: Path | None) -> None:
+    def _change(self, step: Step, wheel: Path | None, moves: list[tuple[str, str]]) -> None:
         if step.action == "uninstall":
             self.installer.uninstall(list(step.distributions))
         elif step.action == "remove-leftovers":
-            backup = self.log_dir / "leftovers"  # kept: nothing of the user's is deleted
-            backup.mkdir(exist_ok=True)
-            for path in map(Path, step.paths):
-                if path.exists():
-                    shutil.move(str(path), str(backup / path.name))
-                    self.progress(f"moved {path} to {backup}")
-        elif step.action == "install":
-            assert step.requirement is not None
-            self.installer.install([step.requirement], reinstall=True)
-        elif step.action in ("install-wheel", "build-from-source"):
+            for original, target in moves:
+                if original in step.paths:
+                    Path(target).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.move(original, target)
+                    self.say(f"moved {original} to {target}")
+        elif step.action in PACKAGE_ACTIONS:
             assert wheel is not None
             self.installer.install([str(wheel)], reinstall=True)
-        elif step.action == "install-from-index":
-            assert step.requirement is not None
-            try:
-                self.installer.install([step.requirement], index_url=step.index_url,
-                                       reinstall=True)
-            except InstallError as exc:
-                if step.build is None:
-                    raise
-                self.progress(f"{step.index_url} did not serve it ({exc.message[:120]}); "
-                              "building from source")
-                self.installer.install([str(self._build_wheel(step))], reinstall=True)
         elif step.action == "enable-invokeai":
             # Editing invokeai.yaml (keeping its comments) is not done yet: say exactly what to
             # change rather than stopping the install.
             settings = ", ".join(f"{k}: {v}" for k, v in step.config)
             where = step.paths[0] if step.paths else "invokeai.yaml"
-            self.progress(f"not changed by sagedoctor yet: set `{settings}` in {where} by hand")
-        elif step.action == "bundle-runtime":
-            wheel = build_runtime_wheel(self.work / "runtime", runtime_version)
-            self.installer.install([str(wheel)], reinstall=True)
+            self.say(f"not changed by sagedoctor yet: set `{settings}` in {where} by hand")
 
-    def _build_wheel(self, step: Step) -> Path:
-        settings = step.build
-        assert settings is not None
-        source = Path(settings.source)
-        if settings.source.startswith("https://"):
-            archive = self.work / "source.tar.gz"
-            self.progress(f"downloading {settings.source}")
-            got = download(settings.source, archive, settings.source_sha256)
-            self.progress(f"sha256 {got}" + (" (matches the index)" if settings.source_sha256
-                                             else " (the index has none; recorded here)"))
-            source = extract_source(archive, self.work / "archive")
-        log_path = self.log_dir / "sageattention-build.log"
-        return build_wheel(self.python, settings, source, self.work, log_path, self.progress,
-                           self.installer)
+    def _smoke(self) -> None:
+        if self._sage_step() is None:
+            return
+        self.say("smoke check: sageattn() against SDPA on each GPU")
+        result = run_smoke(self.python, self.smoke_timeout)
+        if not result.ok:
+            raise SmokeCheckFailed(f"the smoke check found the installed sageattn() wrong: "
+                                   f"{result.summary}", "its wheel is not used")
+        self.say(f"smoke check passed: {result.summary}")
 
 
-def execute_plan(plan: Plan, progress: Progress, log_dir: Path, runtime_version: str) -> None:
+def execute_plan(plan: Plan, progress: Progress, log_dir: Path, runtime_version: str, *,
+                 cache_dir: Path | None = None, offline: bool = False,
+                 source_url: str | None = None, state_root: Path | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="sagedoctor-") as tmp:
-        Executor(plan, progress, Path(tmp), log_dir).run(runtime_version)
+        Executor(plan, progress, Path(tmp), log_dir, cache_dir=cache_dir, offline=offline,
+                 source_url=source_url, state_root=state_root).run(runtime_version)

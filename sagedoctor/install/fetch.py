@@ -1,39 +1,108 @@
-"""HTTPS downloads with a digest check; nothing unverified is ever installed silently."""
+"""HTTPS downloads with a digest check and a size bound; nothing unverified is ever installed
+silently. Redirects are followed by hand: only to the same host, or to the one download host a
+known site hands files to (GitHub releases, PyPI)."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 import tarfile
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import urljoin, urlsplit
 
+from .errors import HostileDownload
 from .runner import InstallError
+
+MAX_DOWNLOAD_BYTES = 2 << 30  # 2 GiB: SageAttention wheels are tens of MB
+MAX_PAGE_BYTES = 16 << 20
+_MAX_REDIRECTS = 5
+# Hosts a site hands its files to; any other cross-host redirect is refused.
+TRUSTED_REDIRECTS = {
+    "github.com": frozenset({"objects.githubusercontent.com",
+                             "release-assets.githubusercontent.com", "codeload.github.com"}),
+    "api.github.com": frozenset({"github.com"}),
+    "pypi.org": frozenset({"files.pythonhosted.org"}),
+}
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost"})
+
+
+def check_url(url: str, allow_http_host: str | None = None) -> None:
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return
+    if parts.scheme == "http" and parts.hostname is not None and (
+            parts.hostname == allow_http_host):
+        return
+    raise InstallError(f"refusing to download over {parts.scheme or 'no scheme'}: {url}",
+                       "only https URLs are used (http only for 127.0.0.1 or localhost)")
+
+
+def redirect_allowed(source: str, target: str) -> bool:
+    a, b = urlsplit(source), urlsplit(target)
+    if b.scheme not in ("https", a.scheme):
+        return False
+    if (a.hostname, a.port) == (b.hostname, b.port):
+        return True
+    return b.hostname in TRUSTED_REDIRECTS.get(a.hostname or "", frozenset())
+
+
+def _open(client: Any, url: str, headers: dict[str, str]) -> Any:
+    """A streaming response after same-host redirects; the caller closes it."""
+    current = url
+    for _ in range(_MAX_REDIRECTS + 1):
+        response = client.send(client.build_request("GET", current, headers=headers),
+                               stream=True)
+        if response.status_code not in (301, 302, 303, 307, 308):
+            return response
+        location = response.headers.get("location", "")
+        response.close()
+        target = urljoin(current, location)
+        if not redirect_allowed(current, target):
+            raise HostileDownload(f"{url} redirects to another host: {target}",
+                                  "refused; nothing was written. Check the index entry")
+        current = target
+    raise HostileDownload(f"{url}: more than {_MAX_REDIRECTS} redirects", "refused")
 
 
 def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str | None = None,
-             timeout: float = 60.0) -> str:
+             timeout: float = 60.0, max_bytes: int = MAX_DOWNLOAD_BYTES) -> str:
     """Stream `url` to `dest`; returns the sha256. A known digest must match."""
     import httpx
 
-    parts = urlsplit(url)
-    if parts.scheme != "https" and not (parts.scheme == "http"
-                                        and parts.hostname == allow_http_host):
-        raise InstallError(f"refusing to download over {parts.scheme}: {url}",
-                           "only https URLs are used")
+    check_url(url, allow_http_host)
     digest = hashlib.sha256()
     partial = dest.with_name(dest.name + ".part")
+    size = 0
     try:
-        with httpx.stream("GET", url, follow_redirects=True, timeout=timeout) as response, \
-                partial.open("wb") as handle:
-            if response.status_code != 200:
-                raise InstallError(f"downloading {url}: HTTP {response.status_code}",
-                                   "check the network, or pass --source DIR")
-            for chunk in response.iter_bytes():
-                digest.update(chunk)
-                handle.write(chunk)
+        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+            response = _open(client, url, {})
+            try:
+                if response.status_code != 200:
+                    raise InstallError(f"downloading {url}: HTTP {response.status_code}",
+                                       "check the network, or pass --source DIR")
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > max_bytes:
+                    raise HostileDownload(f"{url} is {int(declared)} bytes, over the bound of "
+                                          f"{max_bytes}", "refused; nothing was installed")
+                with partial.open("wb") as handle:
+                    for chunk in response.iter_bytes():
+                        size += len(chunk)
+                        if size > max_bytes:
+                            raise HostileDownload(
+                                f"{url} sent more than {max_bytes} bytes", "refused (an endless "
+                                "download?); nothing was installed")
+                        digest.update(chunk)
+                        handle.write(chunk)
+            finally:
+                response.close()
     except httpx.HTTPError as exc:
         partial.unlink(missing_ok=True)
-        raise InstallError(f"downloading {url}: {exc}", "check the network") from exc
+        raise InstallError(f"downloading {url}: {exc or type(exc).__name__}",
+                           "check the network; nothing was installed") from exc
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     got = digest.hexdigest()
     if sha256 is not None and got != sha256:
         partial.unlink(missing_ok=True)
@@ -42,6 +111,66 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
                            "installed")
     partial.replace(dest)
     return got
+
+
+def get_json(url: str, *, allow_http_host: str | None = None, timeout: float = 30.0,
+             headers: dict[str, str] | None = None) -> tuple[Any, str]:
+    """(parsed JSON or text, content type) of a small page, size-bounded."""
+    import json
+
+    import httpx
+
+    check_url(url, allow_http_host)
+    try:
+        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+            response = _open(client, url, headers or {})
+            try:
+                if response.status_code != 200:
+                    raise InstallError(f"{url}: HTTP {response.status_code}", "check the network")
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_PAGE_BYTES:
+                        raise HostileDownload(f"{url}: page over {MAX_PAGE_BYTES} bytes",
+                                              "refused")
+                kind = response.headers.get("content-type", "")
+            finally:
+                response.close()
+    except httpx.HTTPError as exc:
+        raise InstallError(f"{url}: {exc or type(exc).__name__}", "check the network") from exc
+    text = bytes(body).decode("utf-8", errors="replace")
+    if "json" in kind:
+        try:
+            return json.loads(text), kind
+        except ValueError as exc:
+            raise InstallError(f"{url}: not valid JSON", "") from exc
+    return text, kind
+
+
+_RELEASE_URL = re.compile(r"/([\w.\-]+)/([\w.\-]+)/releases/download/([^/]+)/([^/]+)")
+
+
+def github_asset_digest(url: str, api: str, allow_http_host: str | None = None
+                        ) -> tuple[str | None, str]:
+    """(sha256 GitHub states for this release asset or None, why not)."""
+    match = _RELEASE_URL.fullmatch(urlsplit(url).path)
+    if match is None:
+        return None, "not a GitHub release asset"
+    owner, repo, tag, name = match.groups()
+    try:
+        data, _kind = get_json(f"{api.rstrip('/')}/repos/{owner}/{repo}/releases/tags/{tag}",
+                               allow_http_host=allow_http_host,
+                               headers={"Accept": "application/vnd.github+json"})
+    except InstallError as exc:
+        return None, f"GitHub's API could not be read ({exc.message[:100]})"
+    assets = data.get("assets") if isinstance(data, dict) else None
+    for asset in assets if isinstance(assets, list) else []:
+        if isinstance(asset, dict) and asset.get("name") == name:
+            digest = asset.get("digest")
+            if isinstance(digest, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+                return digest.split(":", 1)[1], ""
+            return None, "GitHub gives no digest for this asset (uploaded before June 2025)"
+    return None, f"the release {tag} lists no asset {name}"
 
 
 def extract_source(archive: Path, dest: Path) -> Path:

@@ -30,14 +30,21 @@ def _uv() -> str | None:
 class Installer:
     python: Path
     uv: str | None
+    cache_dir: Path | None = None  # uv's cache, inside sagedoctor's (so --offline works)
+    offline: bool = False
 
     @classmethod
-    def for_target(cls, python: Path) -> Installer:
-        return cls(python, _uv())
+    def for_target(cls, python: Path, cache_dir: Path | None = None,
+                   offline: bool = False) -> Installer:
+        return cls(python, _uv(), cache_dir, offline)
+
+    def _uv_options(self) -> list[str]:
+        out = ["--cache-dir", str(self.cache_dir)] if self.cache_dir else []
+        return out + (["--offline"] if self.offline else [])
 
     def _pip(self, *args: str) -> list[str]:
         if self.uv:
-            return [self.uv, "pip", *args, "--python", str(self.python)]
+            return [self.uv, "pip", *args, "--python", str(self.python), *self._uv_options()]
         return [str(self.python), "-m", "pip", *args, "--disable-pip-version-check"]
 
     def _run(self, argv: list[str], what: str, timeout: float = 900) -> None:
@@ -45,8 +52,7 @@ class Installer:
         if result.returncode != 0:
             tail = (result.stderr or result.stdout or "").strip().splitlines()[-8:]
             raise InstallError(f"{what} failed (exit {result.returncode}): " + " | ".join(tail),
-                               "run with -v for the full log; the venv was not changed by "
-                               "this step")
+                               "the install log has the full output")
 
     def install(self, requirements: list[str], *, index_url: str | None = None,
                 reinstall: bool = False) -> None:
@@ -65,7 +71,7 @@ class Installer:
         """Build tools into a private folder (on PYTHONPATH for the build), not the venv."""
         if self.uv:
             argv = [self.uv, "pip", "install", "--target", str(folder), "--python",
-                    str(self.python), *requirements]
+                    str(self.python), *self._uv_options(), *requirements]
         else:
             argv = [str(self.python), "-m", "pip", "install", "--target", str(folder),
                     "--disable-pip-version-check", *requirements]

@@ -50,8 +50,12 @@ def _tools_present(python: Path) -> bool:
 
 
 def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
-                log_path: Path, progress: Progress, installer: Installer) -> Path:
-    """Build a wheel from `source` into `work`; returns its path. Raises InstallError."""
+                log_path: Path, progress: Progress, installer: Installer,
+                started: Callable[[int], None] | None = None) -> Path:
+    """Build a wheel from `source` into `work`; returns its path. Raises InstallError.
+
+    The build's output is appended to `log_path` (the run's one log); `started` gets the
+    build's process group id, so a journal can name it for a later run to kill."""
     if not (source / "setup.py").is_file():
         raise InstallError(f"{source} has no setup.py", "pass a SageAttention source folder")
     tree = work / "src"
@@ -66,19 +70,21 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
     env = build_environment(os.environ, settings, tools_dir)
     progress("building: " + " ".join(f"{k}={v}" for k, v in settings.env)
              + f" (log: {log_path})")
-    started = time.monotonic()
-    with log_path.open("w", encoding="utf-8") as log:
+    began = time.monotonic()
+    with log_path.open("a", encoding="utf-8") as log:
         proc = subprocess.Popen(
             [str(python), "-c", _BUILD_SCRIPT, str(out_dir)], cwd=tree, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=sys.platform != "win32")
         assert proc.stdout is not None
+        if started is not None:
+            started(proc.pid)
         wheel_name = None
         stop = threading.Event()
 
         def heartbeat() -> None:
             while not stop.wait(30):
-                progress(f"still building ({time.monotonic() - started:.0f} s)")
+                progress(f"still building ({time.monotonic() - began:.0f} s)")
 
         ticker = threading.Thread(target=heartbeat, daemon=True)
         ticker.start()
@@ -94,14 +100,24 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
             raise
         finally:
             stop.set()
-    elapsed = time.monotonic() - started
+    elapsed = time.monotonic() - began
     if code != 0 or wheel_name is None:
         tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-6:]
         raise InstallError(f"the build failed after {elapsed:.0f} s (exit {code}): "
                            + " | ".join(tail),
                            f"read {log_path}; the venv was not changed")
-    progress(f"built {wheel_name} in {elapsed:.0f} s")
+    progress(f"built {wheel_name} in {elapsed:.0f} s" + _peak_rss())
     return out_dir / wheel_name
+
+
+def _peak_rss() -> str:
+    """The largest resident size of any finished child (the build's nvcc, mostly)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return ""
+    kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return f"; peak RSS of one build process {kib / 1024:.0f} MiB" if kib > 0 else ""
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -1,0 +1,130 @@
+"""The download and build cache under the user's cache folder, keyed by sha256.
+
+files/<sha256>/<file name>   a downloaded wheel or source archive, stored once
+digests.json                 url -> sha256 measured on first download (for files the index
+                             names without a digest), and index resolutions of pinned wheels
+built/<key>/<wheel>          a wheel built from (source commit, torch build, Python tag, archs)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import HostileDownload
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-]{0,250}")
+
+
+def default_cache_dir() -> Path:
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("sagedoctor", appauthor=False))
+
+
+def safe_file_name(name: str, where: str) -> str:
+    """One path component made of ordinary characters: no separators, no '..', no drive."""
+    if not _SAFE_NAME.fullmatch(name) or ".." in name:
+        raise HostileDownload(f"{where}: refusing the file name {name!r}",
+                              "a file name with path separators or '..' could write outside "
+                              "the cache; nothing was written")
+    return name
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def built_key(commit: str, torch_build: str, python_tag: str, arch_list: str) -> str:
+    text = json.dumps([commit, torch_build, python_tag, arch_list])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass
+class Cache:
+    root: Path
+
+    @property
+    def uv_dir(self) -> Path:
+        return self.root / "uv"
+
+    def _digests_path(self) -> Path:
+        return self.root / "digests.json"
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self._digests_path().read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {"measured": {}, "resolved": {}}
+        if not isinstance(data, dict):
+            return {"measured": {}, "resolved": {}}
+        for key in ("measured", "resolved"):
+            if not isinstance(data.get(key), dict):
+                data[key] = {}
+        return data
+
+    def _write(self, data: dict[str, Any]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self._digests_path().with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(self._digests_path())
+
+    def measured(self, url: str) -> str | None:
+        value = self._read()["measured"].get(url)
+        return value if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) else None
+
+    def lookup(self, name: str, sha256: str | None, url: str) -> Path | None:
+        """The cached file for a known digest (the index's, else the one measured for url);
+        re-hashed, so a damaged cache entry is a miss, never an install."""
+        digest = sha256 or self.measured(url)
+        if digest is None:
+            return None
+        path = self.root / "files" / digest / safe_file_name(name, url)
+        if path.is_file() and file_sha256(path) == digest:
+            return path
+        return None
+
+    def store(self, downloaded: Path, name: str, sha256: str, url: str) -> Path:
+        folder = self.root / "files" / sha256
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / safe_file_name(name, url)
+        os.replace(downloaded, path)
+        data = self._read()
+        data["measured"][url] = sha256
+        self._write(data)
+        return path
+
+    def resolution(self, key: str) -> dict[str, str] | None:
+        value = self._read()["resolved"].get(key)
+        if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+            return {str(k): str(v) for k, v in value.items()}
+        return None
+
+    def remember_resolution(self, key: str, value: dict[str, str]) -> None:
+        data = self._read()
+        data["resolved"][key] = value
+        self._write(data)
+
+    def built_wheel(self, key: str) -> Path | None:
+        folder = self.root / "built" / key
+        wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+        return wheels[0] if len(wheels) == 1 else None
+
+    def store_built(self, key: str, wheel: Path) -> Path:
+        folder = self.root / "built" / key
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        target = folder / wheel.name
+        shutil.copy2(wheel, target)
+        return target

@@ -1,0 +1,86 @@
+"""One install per venv at a time: a filelock in the state folder, with the holder's PID beside
+it. The OS frees the lock of a dead holder; its PID file is then taken over and said so."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from .errors import InstallLocked
+
+
+def venv_state_dir(prefix: Path, state_root: Path | None = None) -> Path:
+    """<state>/venvs/<key>.install/: lock, journal and backups of one venv."""
+    if state_root is None:
+        from ..state import state_dir
+
+        state_root = state_dir()
+    key = hashlib.sha256(str(prefix).encode("utf-8")).hexdigest()[:16]
+    return state_root / "venvs" / f"{key}.install"
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    if sys.platform == "win32":  # os.kill(pid, 0) would terminate the process there
+        return _windows_pid_alive(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _windows_pid_alive(pid: int) -> bool:
+    import ctypes
+
+    kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined, unused-ignore]
+    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return False
+    try:
+        code = ctypes.c_ulong()
+        kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
+        return code.value == 259  # STILL_ACTIVE
+    finally:
+        kernel32.CloseHandle(handle)
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+@contextlib.contextmanager
+def venv_lock(folder: Path, prefix: Path, say: Callable[[str], None]) -> Iterator[None]:
+    from filelock import FileLock, Timeout
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder / "install.lock"))
+    pid_file = folder / "install.pid"
+    try:
+        lock.acquire(timeout=0.5)
+    except Timeout:
+        holder = _read_pid(pid_file)
+        raise InstallLocked(
+            f"another sagedoctor install (pid {holder or 'unknown'}) is working on {prefix}",
+            "wait for it to finish; two installs at once would mix their changes") from None
+    try:
+        old = _read_pid(pid_file)
+        if old is not None and old != os.getpid():
+            state = "no longer running" if not pid_alive(old) else "still running, unlocked"
+            say(f"taking over the install lock of pid {old} ({state})")
+        pid_file.write_text(str(os.getpid()), encoding="utf-8")
+        yield
+    finally:
+        pid_file.unlink(missing_ok=True)
+        lock.release()

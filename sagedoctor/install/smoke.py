@@ -1,0 +1,119 @@
+"""The post-install smoke check: `sageattention.sageattn()` on each CUDA GPU against SDPA, in
+the TARGET interpreter, before the transaction commits. Seconds, not the full `verify` sweep.
+
+SAGEDOCTOR_SMOKE_DEVICE=cpu runs it on the CPU instead (for tests without a GPU, with a
+stand-in sageattention); the default is every CUDA device torch sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..proc import ToolMissing, ToolTimeout, run_tool
+
+SMOKE_TIMEOUT_S = 300.0
+MIN_COSINE = 0.99
+MAX_REL_L2 = 0.08
+
+# Runs inside the target venv (any Python >= 3.8): stdlib, torch and sageattention only.
+SMOKE_SCRIPT = r"""
+import json, math, sys
+def main():
+    device_kind, min_cos, max_l2 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+    out = {"devices": [], "error": None}
+    try:
+        import torch
+        import torch.nn.functional as F
+        from sageattention import sageattn
+    except Exception as exc:
+        out["error"] = "import failed: %s: %s" % (type(exc).__name__, exc)
+        return out
+    if device_kind == "cpu":
+        devices = [("cpu", "cpu", torch.float32)]
+    else:
+        if not torch.cuda.is_available():
+            out["error"] = "torch sees no CUDA GPU"
+            return out
+        devices = [("cuda:%d" % i, torch.cuda.get_device_name(i), torch.float16)
+                   for i in range(torch.cuda.device_count())]
+    for device, name, dtype in devices:
+        row = {"device": device, "name": name}
+        try:
+            torch.manual_seed(0)
+            q, k, v = (torch.randn(1, 8, 512, 128, device=device, dtype=dtype)
+                       for _ in range(3))
+            got = sageattn(q, k, v, tensor_layout="HND", is_causal=False).float()
+            ref = F.scaled_dot_product_attention(q, k, v).float()
+            finite = bool(torch.isfinite(got).all())
+            cos = float(F.cosine_similarity(got.flatten(), ref.flatten(), dim=0))
+            rel = float((got - ref).norm() / ref.norm().clamp_min(1e-12))
+            row.update(finite=finite, cosine=cos if math.isfinite(cos) else None,
+                       rel_l2=rel if math.isfinite(rel) else None)
+            row["ok"] = (finite and row["cosine"] is not None and row["cosine"] >= min_cos
+                         and row["rel_l2"] is not None and row["rel_l2"] <= max_l2)
+        except Exception as exc:
+            row.update(ok=False, error="%s: %s" % (type(exc).__name__, str(exc)[:300]))
+        out["devices"].append(row)
+    return out
+print("SAGEDOCTOR_SMOKE=" + json.dumps(main()))
+"""
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    ok: bool
+    summary: str
+    report: dict[str, object]
+
+
+def smoke_device() -> str:
+    return "cpu" if os.environ.get("SAGEDOCTOR_SMOKE_DEVICE", "").strip() == "cpu" else "cuda"
+
+
+def judge(report: dict[str, object]) -> SmokeResult:
+    """Pure: the parsed report -> passed or not, and one line saying why."""
+    if report.get("error"):
+        return SmokeResult(False, str(report["error"]), report)
+    rows = report.get("devices")
+    if not isinstance(rows, list) or not rows:
+        return SmokeResult(False, "no device was checked", report)
+    parts, ok = [], True
+    for row in rows:
+        if not isinstance(row, dict):
+            return SmokeResult(False, "malformed smoke report", report)
+        cos, rel = row.get("cosine"), row.get("rel_l2")
+        good = row.get("ok") is True
+        ok = ok and good
+        detail = (str(row.get("error")) if row.get("error") else
+                  f"cosine {cos:.4f}, rel L2 {rel:.3f}" if isinstance(cos, float)
+                  and isinstance(rel, float) else "output not finite")
+        parts.append(f"{row.get('device')} ({row.get('name')}): {detail}"
+                     + ("" if good else " [wrong]"))
+    return SmokeResult(ok, "; ".join(parts), report)
+
+
+def run_smoke(python: Path, timeout: float = SMOKE_TIMEOUT_S,
+              device: str | None = None) -> SmokeResult:
+    argv = [str(python), "-c", SMOKE_SCRIPT, device or smoke_device(), str(MIN_COSINE),
+            str(MAX_REL_L2)]
+    try:
+        done = run_tool(argv, timeout=timeout)
+    except ToolTimeout:
+        return SmokeResult(False, f"sageattn() did not finish within {timeout:g} s", {})
+    except ToolMissing as exc:
+        return SmokeResult(False, f"the target interpreter is missing: {exc}", {})
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("SAGEDOCTOR_SMOKE="):
+            try:
+                report = json.loads(line.split("=", 1)[1])
+            except ValueError:
+                break
+            if isinstance(report, dict):
+                return judge(report)
+            break
+    tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+    return SmokeResult(False, f"the check crashed (exit {done.returncode}): "
+                       + " | ".join(tail), {})

@@ -1,0 +1,326 @@
+"""The install transaction, per distribution (a copy of a venv is gigabytes).
+
+Before the first change: the installed files of every distribution the plan touches are hashed
+and copied aside, torch's RECORD is hashed, and a journal names all of it plus every path the
+new wheels will write. On any failure or signal the backed-up files come back, what was added
+goes, and a second snapshot proves by sha256 that the venv is as it was. A run killed outright
+leaves its journal; the next run finds it and rolls back before anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from ..proc import ToolMissing, ToolTimeout, run_tool
+from .cache import file_sha256
+from .errors import RollbackIncomplete
+from .lock import pid_alive
+from .runner import InstallError
+
+Say = Callable[[str], None]
+LIGHT = frozenset({"torch"})  # checked by version and RECORD digest, never copied
+
+_STATE_SCRIPT = r"""
+import csv, importlib.metadata as m, json, os, re, sys, sysconfig
+names = set(json.loads(sys.argv[1]))
+paths = sysconfig.get_paths()
+out = {"python": "%d.%d" % sys.version_info[:2], "purelib": paths["purelib"],
+       "scripts": paths["scripts"], "dists": {}, "all": {}}
+for d in m.distributions():
+    name = d.metadata["Name"]
+    key = re.sub(r"[-_.]+", "-", name).lower() if name else ""
+    if key:
+        out["all"].setdefault(key, d.version)
+    if key not in names:
+        continue
+    # RECORD read by hand: importlib.metadata's own reader crashes on a blank line.
+    rows = [r for r in csv.reader((d.read_text("RECORD") or "").splitlines()) if r and r[0]]
+    files = [os.path.normpath(os.path.abspath(str(d.locate_file(r[0])))) for r in rows]
+    out["dists"].setdefault(key, []).append({"version": d.version, "files": files,
+        "dist_info": os.path.normpath(os.path.abspath(str(getattr(d, "_path", ""))))})
+print(json.dumps(out))
+"""
+
+
+def target_state(python: Path, names: Iterable[str]) -> dict[str, Any]:
+    """Where the target installs, and the files of these distributions (from RECORD)."""
+    wanted = sorted({str(canonicalize_name(n)) for n in names})
+    try:
+        done = run_tool([str(python), "-I", "-c", _STATE_SCRIPT, json.dumps(wanted)],
+                        timeout=120)
+        data = json.loads(done.stdout) if done.returncode == 0 else None
+    except (ToolMissing, ToolTimeout, ValueError) as exc:
+        raise InstallError(f"could not read the distributions of {python}: {exc}", "") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("dists"), dict):
+        raise InstallError(f"could not read the distributions of {python}",
+                           (done.stderr or "").strip()[-300:])
+    return data
+
+
+def _hash(path: str) -> str | None:
+    try:
+        return file_sha256(Path(path))
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+
+
+def take_snapshot(python: Path, names: Iterable[str]) -> dict[str, Any]:
+    """{python, purelib, scripts, dists: {name: [{version, dist_info, files: {path: sha}}]}}."""
+    state = target_state(python, set(names) | LIGHT)
+    dists: dict[str, list[dict[str, Any]]] = {}
+    for name, entries in state["dists"].items():
+        for entry in entries:
+            files = [str(Path(entry["dist_info"]) / "RECORD")] if name in LIGHT \
+                else entry["files"]
+            dists.setdefault(name, []).append({
+                "version": entry["version"], "dist_info": entry["dist_info"],
+                "files": {f: _hash(f) for f in files}})
+    return {"python": state["python"], "purelib": state["purelib"],
+            "scripts": state["scripts"], "dists": dists,
+            "all": {str(k): str(v) for k, v in (state.get("all") or {}).items()}}
+
+
+def snapshot_differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    out = []
+    for name in sorted(set(before["dists"]) | set(after["dists"])):
+        a = sorted(before["dists"].get(name, []), key=lambda e: e["dist_info"])
+        b = sorted(after["dists"].get(name, []), key=lambda e: e["dist_info"])
+        versions_a = [e["version"] for e in a] or ["(absent)"]
+        versions_b = [e["version"] for e in b] or ["(absent)"]
+        if versions_a != versions_b:
+            out.append(f"{name} {', '.join(versions_a)} -> {', '.join(versions_b)}")
+            continue
+        for old, new in zip(a, b, strict=True):
+            changed = [p for p in set(old["files"]) | set(new["files"])
+                       if old["files"].get(p) != new["files"].get(p)]
+            if changed:
+                out.append(f"{name}: {len(changed)} file(s) differ, e.g. {sorted(changed)[0]}")
+    return out
+
+
+def file_count(snapshot: dict[str, Any]) -> int:
+    return sum(len(e["files"]) for entries in snapshot["dists"].values() for e in entries)
+
+
+def describe(snapshot: dict[str, Any]) -> str:
+    parts = []
+    for name in sorted(snapshot["dists"]):
+        for entry in snapshot["dists"][name]:
+            parts.append(f"{name} {entry['version']}")
+    return ", ".join(parts) or "none of them installed"
+
+
+# --- the journal ----------------------------------------------------------------------------
+
+class Journal:
+    """journal.json in the venv's install folder; present only while a run is under way."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.path = folder / "journal.json"
+        self.backup = folder / "backup"
+        self.data: dict[str, Any] = {}
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RollbackIncomplete(
+                f"the journal of an interrupted install ({self.path}) cannot be read: {exc}",
+                f"compare the venv with `sagedoctor check`; the backups are in {self.backup}") \
+                from exc
+        if not isinstance(data, dict):
+            raise RollbackIncomplete(f"{self.path} is not a journal", "")
+        self.data = data
+        return data
+
+    def write(self, **changes: Any) -> None:
+        self.data.update(changes)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8") as handle:
+            json.dump(self.data, handle, ensure_ascii=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(self.path)
+
+    def begin(self, python: Path, prefix: Path, work: Path, log: Path) -> None:
+        self.data = {}
+        self.write(schema_version=1, pid=os.getpid(), started=time.time(), python=str(python),
+                   prefix=str(prefix), work=str(work), log=str(log), phase="preparing",
+                   build_pgid=None)
+
+    def finish(self) -> None:
+        if self.backup.exists():
+            shutil.rmtree(self.backup, ignore_errors=True)
+        self.path.unlink(missing_ok=True)
+
+
+def back_up(snapshot: dict[str, Any], folder: Path,
+            extra: Iterable[Path] = ()) -> dict[str, str]:
+    """Copies of every file the touched distributions own, and of `extra` files the new
+    wheels would overwrite; {original: copy}."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    copies: dict[str, str] = {}
+
+    def keep(path: str) -> None:
+        if path not in copies:
+            copy = folder / str(len(copies))
+            shutil.copy2(path, copy)
+            copies[path] = str(copy)
+
+    for name, entries in snapshot["dists"].items():
+        if name in LIGHT:
+            continue
+        for entry in entries:
+            for path, digest in entry["files"].items():
+                if digest is not None and not digest.startswith("unreadable"):
+                    keep(path)
+    for path in extra:
+        keep(str(path))
+    return copies
+
+
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    """A second Ctrl+C or SIGTERM must not cut a rollback short."""
+    if sys.platform == "win32":
+        yield
+        return
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kinds = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in kinds}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _prune(folders: set[Path], keep: set[Path], stop: Path) -> None:
+    """Remove folders left empty (or holding only __pycache__) by removed files."""
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        current = folder
+        while current != stop and stop in current.parents and current not in keep:
+            try:
+                entries = list(current.iterdir())
+            except OSError:
+                break
+            if any(e.name != "__pycache__" for e in entries):
+                break
+            shutil.rmtree(current, ignore_errors=True)
+            current = current.parent
+
+
+def roll_back(data: dict[str, Any], say: Say) -> str:
+    """Undo the change phase the journal describes; returns the proven state, or raises."""
+    python = Path(data["python"])
+    before: dict[str, Any] = data["snapshot"]
+    copies: dict[str, str] = data.get("backups", {})
+    names = set(before["dists"]) | set(data.get("names", []))
+    with signals_ignored():
+        for original, moved in data.get("moved", []):
+            if Path(moved).exists() and not Path(original).exists():
+                shutil.move(moved, original)
+        now = target_state(python, names - LIGHT)
+        owned_before = {p for entries in before["dists"].values() for e in entries
+                        for p in e["files"]}
+        dist_infos_before = {Path(e["dist_info"]) for entries in before["dists"].values()
+                             for e in entries}
+        # Only paths that did not exist before the change go: what the new wheels wrote, and
+        # dist-info folders that appeared (the installer adds files to them of its own).
+        added: set[Path] = {Path(p) for p in data.get("additions", [])}
+        for entries in now["dists"].values():
+            for entry in entries:
+                if Path(entry["dist_info"]) not in dist_infos_before:
+                    added.add(Path(entry["dist_info"]))
+        removed_from: set[Path] = set()
+        for path in sorted(added, key=lambda p: len(p.parts), reverse=True):
+            if str(path) in owned_before or not (path.exists() or path.is_symlink()):
+                continue
+            _remove(path)
+            removed_from.add(path.parent)
+        for original, copy in copies.items():
+            target = Path(original)
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)  # a file replaced by a folder: put the file back
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(copy, target)
+        keep = {Path(p).parent for p in owned_before} | dist_infos_before
+        _prune(removed_from, keep, Path(before["purelib"]))
+        after = take_snapshot(python, names)
+    differences = snapshot_differences(before, after)
+    if differences:
+        raise RollbackIncomplete(
+            "the rollback could not restore everything: " + "; ".join(differences),
+            f"the backed-up files are kept in {data.get('backup_dir')}; reinstall the "
+            "named distributions with the venv's installer")
+    return (f"the venv is as before the install: {describe(before)}; "
+            f"{file_count(before)} files match their sha256 from before")
+
+
+def kill_group(pgid: int | None) -> bool:
+    """Kill a build's whole process group that outlived its sagedoctor."""
+    if not pgid or sys.platform == "win32":
+        return False
+    try:
+        if os.getpgid(pgid) != pgid:
+            return False
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def recover_interrupted(folder: Path, say: Say) -> bool:
+    """Finish what a killed run left behind (call with the venv's lock held)."""
+    journal = Journal(folder)
+    if not journal.exists():
+        return False
+    data = journal.load()
+    pid = data.get("pid")
+    if isinstance(pid, int) and pid != os.getpid() and pid_alive(pid):
+        raise RollbackIncomplete(f"the install of pid {pid} left a journal and still runs",
+                                 "wait for it to end")
+    say(f"an earlier install (pid {pid}) was interrupted; recovering before anything else")
+    if kill_group(data.get("build_pgid")):
+        say(f"stopped its build (process group {data['build_pgid']})")
+    work = data.get("work")
+    if isinstance(work, str) and Path(work).exists():
+        shutil.rmtree(work, ignore_errors=True)
+        say(f"removed its temporary folder {work}")
+    if data.get("phase") == "changing":
+        say(roll_back(data, say))
+    else:
+        say("it had not changed the venv yet")
+    journal.finish()
+    return True

@@ -1,0 +1,90 @@
+"""A wheel is checked before uv sees it: every zip entry stays inside the install folders, and
+its RECORD tells the truth (each file listed, each digest right). Returns where its files land,
+so a rollback can remove them even after a half-finished install."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import stat
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from .errors import HostileWheel
+
+
+def _unsafe(name: str) -> bool:
+    path = PurePosixPath(name)
+    return (not name or name.startswith("/") or "\\" in name or ":" in path.parts[0]
+            or any(part in ("..", "") for part in name.split("/")[:-1])
+            or ".." in path.parts)
+
+
+def check_wheel(wheel: Path) -> list[str]:
+    """The wheel's file names (zip paths); raises HostileWheel if it lies or escapes."""
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise HostileWheel(f"{wheel.name} is not a readable wheel: {exc}", "nothing was "
+                           "installed; delete the file and download it again") from exc
+    with archive:
+        infos = [i for i in archive.infolist() if not i.is_dir()]
+        names = [i.filename for i in infos]
+        for info in infos:
+            if _unsafe(info.filename):
+                raise HostileWheel(f"{wheel.name}: the entry {info.filename!r} would be "
+                                   "written outside the venv", "refused; nothing was installed")
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise HostileWheel(f"{wheel.name}: {info.filename!r} is a symbolic link",
+                                   "refused; nothing was installed")
+        records = [n for n in names if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+        if len(records) != 1:
+            raise HostileWheel(f"{wheel.name} has {len(records)} RECORD files, not one",
+                               "refused; nothing was installed")
+        listed: dict[str, str] = {}
+        text = archive.read(records[0]).decode("utf-8", errors="replace")
+        for row in csv.reader(io.StringIO(text)):
+            if not row:
+                continue
+            if _unsafe(row[0]):
+                raise HostileWheel(f"{wheel.name}: its RECORD names {row[0]!r}, outside the "
+                                   "venv", "refused; nothing was installed")
+            listed[row[0]] = row[1] if len(row) > 1 else ""
+        for name in names:
+            if name == records[0] or name.endswith((".dist-info/RECORD.jws",
+                                                    ".dist-info/RECORD.p7s")):
+                continue
+            if name not in listed:
+                raise HostileWheel(f"{wheel.name}: {name} is not in its RECORD",
+                                   "refused: a RECORD that lies cannot be uninstalled cleanly")
+            expected = listed[name]
+            if not expected.startswith("sha256="):
+                raise HostileWheel(f"{wheel.name}: RECORD has no sha256 for {name}", "refused")
+            got = "sha256=" + base64.urlsafe_b64encode(
+                hashlib.sha256(archive.read(name)).digest()).rstrip(b"=").decode()
+            if got != expected:
+                raise HostileWheel(f"{wheel.name}: {name} does not match its RECORD digest",
+                                   "refused: the wheel was altered after it was built")
+        missing = [n for n in listed if n not in names and n != records[0]]
+        if missing:
+            raise HostileWheel(f"{wheel.name}: its RECORD lists files it lacks: "
+                               + ", ".join(missing[:3]), "refused; nothing was installed")
+    return names
+
+
+def landing_paths(names: list[str], purelib: Path, scripts: Path) -> list[Path]:
+    """Where an installer puts these wheel entries (purelib/platlib and scripts)."""
+    out = []
+    for name in names:
+        head, _, rest = name.partition("/")
+        if head.endswith(".data"):
+            kind, _, inner = rest.partition("/")
+            if kind in ("purelib", "platlib"):
+                out.append(purelib / inner)
+            elif kind == "scripts":
+                out.append(scripts / inner)
+            continue
+        out.append(purelib / name)
+    return out

@@ -1,0 +1,121 @@
+"""A hostile index or server (issue 11, item 4): a link to another host, path separators or
+'..' in file names, a wheel whose RECORD lies, zip entries escaping the target, an endless
+download. Each is refused and nothing is written outside the cache."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sagedoctor.install.cache import Cache, safe_file_name
+from sagedoctor.install.errors import HostileDownload, HostileWheel
+from sagedoctor.install.fetch import download
+from sagedoctor.install.simple_index import resolve_from_index
+from sagedoctor.install.wheelcheck import check_wheel, landing_paths
+from tests.test_install_kit import Site, make_wheel, sage_wheel, serve_index, serving
+
+TAGS = ["py3-none-any"]
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    with serving() as served:
+        yield served
+
+
+def files_under(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+@pytest.mark.parametrize("name", ["../evil-1.0-py3-none-any.whl", "a/b.whl", "a\\b.whl",
+                                  "..", "C:evil.whl", "", ".hidden.whl"])
+def test_file_names_with_separators_or_dotdot_are_refused(name: str) -> None:
+    with pytest.raises(HostileDownload, match="refusing the file name"):
+        safe_file_name(name, "index")
+
+
+def test_an_index_link_with_dotdot_in_its_name_is_refused(site: Site, tmp_path: Path) -> None:
+    wheel = sage_wheel(tmp_path / "w")
+    index = serve_index(site, wheel, "sageattention",
+                        href="/files/..%2F..%2Fsageattention-2.2.0-py3-none-any.whl")
+    with pytest.raises(HostileDownload, match="refusing the file name"):
+        resolve_from_index(index, "sageattention==2.2.0", TAGS, "127.0.0.1")
+
+
+def test_an_index_link_to_another_host_is_refused(site: Site, tmp_path: Path) -> None:
+    wheel = sage_wheel(tmp_path / "w")
+    other = site.url(f"/files/{wheel.name}").replace("127.0.0.1", "localhost")
+    index = serve_index(site, wheel, "sageattention", href=other)
+    with pytest.raises(HostileDownload, match="on another host"):
+        resolve_from_index(index, "sageattention==2.2.0", TAGS, "127.0.0.1")
+
+
+def test_an_index_picks_the_matching_version_and_tag(site: Site, tmp_path: Path) -> None:
+    wheel = sage_wheel(tmp_path / "w")
+    index = serve_index(site, wheel, "sageattention")
+    chosen = resolve_from_index(index, "sageattention==2.2.0", TAGS, "127.0.0.1")
+    assert chosen.name == wheel.name
+    assert chosen.sha256 == hashlib.sha256(wheel.read_bytes()).hexdigest()
+
+
+def test_a_wheel_whose_record_lies_is_refused(tmp_path: Path) -> None:
+    wheel = sage_wheel(tmp_path / "w", lie_about="sageattention/core.py")
+    with pytest.raises(HostileWheel, match="does not match its RECORD digest"):
+        check_wheel(wheel)
+
+
+def test_a_wheel_with_a_file_missing_from_its_record_is_refused(tmp_path: Path) -> None:
+    wheel = sage_wheel(tmp_path / "w", extra={"sageattention/hidden.py": "x"})
+    with pytest.raises(HostileWheel, match="not in its RECORD"):
+        check_wheel(wheel)
+
+
+@pytest.mark.parametrize("entry", ["../../escape.py", "/abs/escape.py",
+                                   "sageattention/../../escape.py", "C:/escape.py"])
+def test_zip_entries_escaping_the_venv_are_refused(tmp_path: Path, entry: str) -> None:
+    wheel = make_wheel(tmp_path / "w", "sageattention", "2.2.0",
+                       {"sageattention/__init__.py": ""}, extra={entry: "x"})
+    with pytest.raises(HostileWheel, match="outside the venv"):
+        check_wheel(wheel)
+
+
+def test_an_honest_wheel_lands_where_an_installer_puts_it(tmp_path: Path) -> None:
+    wheel = sage_wheel(tmp_path / "w")
+    names = check_wheel(wheel)
+    site = tmp_path / "site"
+    landed = landing_paths(names, site, tmp_path / "bin")
+    assert site / "sageattention" / "core.py" in landed
+    assert all(site in p.parents for p in landed)
+
+
+def test_an_endless_download_stops_at_the_size_bound(site: Site, tmp_path: Path) -> None:
+    site.routes["/endless.whl"] = ("endless", None)
+    dest = tmp_path / "cache" / "endless.whl"
+    dest.parent.mkdir()
+    with pytest.raises(HostileDownload, match="more than 1048576 bytes"):
+        download(site.url("/endless.whl"), dest, None, allow_http_host="127.0.0.1",
+                 max_bytes=1 << 20)
+    assert files_under(tmp_path / "cache") == set()
+
+
+def test_a_declared_size_over_the_bound_is_refused_before_reading(site: Site,
+                                                                  tmp_path: Path) -> None:
+    site.routes["/big.whl"] = b"x" * 4096
+    with pytest.raises(HostileDownload, match="over the bound"):
+        download(site.url("/big.whl"), tmp_path / "big.whl", None,
+                 allow_http_host="127.0.0.1", max_bytes=1024)
+    assert not (tmp_path / "big.whl").exists()
+
+
+def test_a_damaged_cache_entry_is_a_miss_not_an_install(tmp_path: Path) -> None:
+    cache = Cache(tmp_path / "cache")
+    source = tmp_path / "f.whl"
+    source.write_bytes(b"good")
+    digest = hashlib.sha256(b"good").hexdigest()
+    stored = cache.store(source, "f.whl", digest, "https://x.org/f.whl")
+    assert cache.lookup("f.whl", None, "https://x.org/f.whl") == stored
+    stored.write_bytes(b"evil")
+    assert cache.lookup("f.whl", digest, "https://x.org/f.whl") is None

@@ -1,0 +1,259 @@
+"""Every step kind of the executor against a real local HTTP server, real uv and a real venv
+(path with a space and non-ASCII): wheel download, triton-windows swap, index install, the
+fallback build, leftovers cleanup; the smoke check rejecting a wrong kernel; the cache
+(reinstall with zero requests, digests, offline); a server gone mid-download."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sagedoctor.install.errors import HostileDownload, NotInCache
+from sagedoctor.install.execute import Executor, installed_distributions
+from sagedoctor.install.runner import Installer, InstallError
+from sagedoctor.resolve import Step, WheelDownload
+from tests.test_install_kit import (
+    FAKE_SETUP,
+    SAGE_GARBAGE,
+    SAGE_GOOD,
+    Site,
+    add_installed_sage,
+    fake_source,
+    make_wheel,
+    plan,
+    sage_wheel,
+    serve_index,
+    serving,
+    settings_for,
+    torch_venv,
+    tree_hashes,
+)
+
+COMMIT = "d1a57a546c3d395b1ffcbeecc66d81db76f3b4b5"
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    with serving() as served:
+        yield served
+
+
+@pytest.fixture
+def venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    monkeypatch.setenv("SAGEDOCTOR_SMOKE_DEVICE", "cpu")
+    return torch_venv(tmp_path / "my venv ü")
+
+
+def run(python: Path, tmp_path: Path, *steps: Step, **options: Any) -> tuple[Executor, str]:
+    messages: list[str] = []
+    work = tmp_path / f"work-{len(list(tmp_path.glob('work-*')))}"
+    options.setdefault("github_api", "http://127.0.0.1:9")  # nothing listens: no digest
+    executor = Executor(plan(python, *steps), messages.append, work, tmp_path / "logs",
+                        cache_dir=tmp_path / "cache", state_root=tmp_path / "state", **options)
+    try:
+        executor.run("0.1.0")
+    finally:
+        executor.messages = messages  # type: ignore[attr-defined]
+    return executor, "\n".join(messages)
+
+
+def wheel_step(site: Site, wheel: Path, sha256: str | None = "auto",
+               path: str | None = None) -> Step:
+    route = path or f"/dl/{wheel.name}"
+    site.routes[route] = wheel.read_bytes()
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest() if sha256 == "auto" else sha256
+    return Step("install-wheel", f"Install {wheel.name}", "why", ("sageattention",),
+                wheel=WheelDownload(wheel.name, site.url(route), digest, None))
+
+
+def source_archive(tmp_path: Path, kernel: str = SAGE_GOOD) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text in {"setup.py": FAKE_SETUP, "sageattention/__init__.py": kernel}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"SageAttention-{COMMIT}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_wheel_step_installs_and_leftovers_are_moved_aside(venv: tuple[Path, Path],
+                                                           tmp_path: Path, site: Site) -> None:
+    python, packages = venv
+    egg = packages / "sageattention-1.0.0-py3.11.egg"
+    egg.mkdir()
+    leftovers = Step("remove-leftovers", "Remove eggs", "why", paths=(str(egg),))
+    step = wheel_step(site, sage_wheel(tmp_path / "w"))
+    _executor, out = run(python, tmp_path, leftovers, step)
+    assert installed_distributions(python)["sageattention"] == "2.2.0"
+    assert not egg.exists() and (tmp_path / "logs" / "leftovers" / egg.name).is_dir()
+    assert "smoke check passed: cpu" in out and "measured on first download" not in out
+
+
+def test_a_failure_after_leftovers_were_moved_puts_them_back(venv: tuple[Path, Path],
+                                                            tmp_path: Path, site: Site) -> None:
+    python, packages = venv
+    egg = packages / "sageattention-1.0.0-py3.11.egg"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("x", encoding="utf-8")
+    before = tree_hashes(packages)
+    leftovers = Step("remove-leftovers", "Remove eggs", "why", paths=(str(egg),))
+    step = wheel_step(site, sage_wheel(tmp_path / "w", kernel=SAGE_GARBAGE))
+    with pytest.raises(InstallError, match="smoke"):
+        run(python, tmp_path, leftovers, step)
+    assert tree_hashes(packages) == before
+
+
+def test_triton_windows_swap_from_an_index(venv: tuple[Path, Path], tmp_path: Path,
+                                           site: Site) -> None:
+    python, packages = venv
+    plain = make_wheel(tmp_path / "plain", "triton", "3.6.0", {"triton/__init__.py": "PLAIN\n"})
+    Installer.for_target(python).install([str(plain)])  # a real install, with a full RECORD
+    wheel = make_wheel(tmp_path / "w", "triton-windows", "3.6.0.post21",
+                       {"triton/__init__.py": "WINDOWS = True\n"})
+    index = serve_index(site, wheel, "triton-windows")
+    steps = (Step("uninstall", "Uninstall triton", "why", ("triton",)),
+             Step("install", "Install triton-windows", "why", ("triton-windows",),
+                  requirement="triton-windows>=3.6,<3.7", index_url=index))
+    run(python, tmp_path, *steps)
+    dists = installed_distributions(python)
+    assert "triton" not in dists and dists["triton-windows"] == "3.6.0.post21"
+    assert (packages / "triton" / "__init__.py").read_text() == "WINDOWS = True\n"
+
+
+def test_index_install_with_its_sha256(venv: tuple[Path, Path], tmp_path: Path,
+                                       site: Site) -> None:
+    python, _packages = venv
+    index = serve_index(site, sage_wheel(tmp_path / "w"), "sageattention")
+    step = Step("install-from-index", "Install from index", "why", ("sageattention",),
+                requirement="sageattention==2.2.0", index_url=index)
+    _executor, out = run(python, tmp_path, step)
+    assert installed_distributions(python)["sageattention"] == "2.2.0"
+    assert "matches the index" in out
+
+
+def test_index_unreachable_builds_before_touching_the_venv(venv: tuple[Path, Path],
+                                                           tmp_path: Path, site: Site) -> None:
+    python, _packages = venv
+    step = Step("install-from-index", "Install from index", "why", ("sageattention",),
+                requirement="sageattention==2.2.0", index_url=site.url("/simple/"),
+                build=settings_for(str(fake_source(tmp_path / "src"))))
+    _executor, out = run(python, tmp_path, step)
+    assert "HTTP 404); building from source before changing anything" in out
+    assert out.index("built sageattention-2.2.0") < out.index("[1/1] Install from index")
+    assert installed_distributions(python)["sageattention"] == "2.2.0"
+
+
+def test_a_wrong_kernel_from_the_index_is_rolled_back_and_the_source_build_follows(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    python, packages = venv
+    index = serve_index(site, sage_wheel(tmp_path / "w", kernel=SAGE_GARBAGE), "sageattention")
+    step = Step("install-from-index", "Install from index", "why", ("sageattention",),
+                requirement="sageattention==2.2.0", index_url=index,
+                build=settings_for(str(fake_source(tmp_path / "src"))))
+    executor, out = run(python, tmp_path, step)
+    assert "failed the smoke check, so it was rolled back; taking the next route" in out
+    assert "[wrong]" in executor.fallback_reasons[0]
+    assert "smoke check passed" in out.split("taking the next route")[1]
+    assert json.loads((packages / "sageattention" / "build_env.json").read_text())
+
+
+# --- the cache ----------------------------------------------------------------------------------
+
+def full_plan(tmp_path: Path, site: Site) -> tuple[Step, ...]:
+    """A fork wheel (runtime aside), an index wheel and a pinned source build, all served."""
+    triton = make_wheel(tmp_path / "w", "triton-windows", "3.6.0",
+                        {"triton/__init__.py": "WINDOWS = True\n"})
+    index = serve_index(site, triton, "triton-windows")
+    site.routes[f"/archive/{COMMIT}.tar.gz"] = source_archive(tmp_path)
+    build = settings_for(site.url(f"/archive/{COMMIT}.tar.gz"), commit=COMMIT)
+    return (Step("install", "Install triton-windows", "why", ("triton-windows",),
+                 requirement="triton-windows==3.6.0", index_url=index),
+            Step("build-from-source", "Build", "why", ("sageattention",), build=build),
+            Step("bundle-runtime", "Runtime", "why", ("sagedoctor-runtime",)))
+
+
+def test_reinstall_comes_from_the_cache_with_zero_requests(venv: tuple[Path, Path],
+                                                           tmp_path: Path, site: Site) -> None:
+    python, _packages = venv
+    steps = full_plan(tmp_path, site)
+    first, out = run(python, tmp_path, *steps)
+    assert site.requests and first.downloaded_bytes > 0 and "building:" in out
+    site.requests.clear()
+    again, out = run(python, tmp_path, *steps)
+    assert site.requests == []
+    assert again.downloaded_bytes == 0
+    assert "building:" not in out and "(from the cache)" in out
+    assert "(no index request)" in out
+    run(python, tmp_path, *steps, offline=True)
+    assert site.requests == []
+
+
+def test_offline_with_a_cold_cache_says_what_is_missing(venv: tuple[Path, Path],
+                                                        tmp_path: Path, site: Site) -> None:
+    python, packages = venv
+    before = tree_hashes(packages)
+    with pytest.raises(NotInCache, match="--offline"):
+        run(python, tmp_path, wheel_step(site, sage_wheel(tmp_path / "w")), offline=True)
+    assert site.requests == [] and tree_hashes(packages) == before
+
+
+def test_digest_mismatch_installs_nothing_and_caches_nothing(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    python, packages = venv
+    add_installed_sage(packages)
+    before = tree_hashes(packages)
+    with pytest.raises(InstallError, match="does not match the index"):
+        run(python, tmp_path, wheel_step(site, sage_wheel(tmp_path / "w"), sha256="0" * 64))
+    assert tree_hashes(packages) == before
+    assert not list((tmp_path / "cache").rglob("*.whl"))
+
+
+def test_server_gone_mid_download_leaves_no_partial_file(venv: tuple[Path, Path],
+                                                         tmp_path: Path, site: Site) -> None:
+    python, packages = venv
+    before = tree_hashes(packages)
+    wheel = sage_wheel(tmp_path / "w")
+    step = wheel_step(site, wheel)
+    site.routes[f"/dl/{wheel.name}"] = ("drop", wheel.read_bytes()[:100])
+    with pytest.raises(InstallError, match="downloading"):
+        run(python, tmp_path, step)
+    assert tree_hashes(packages) == before
+    assert not list(tmp_path.rglob("*.part")) and not list((tmp_path / "cache").rglob("*.whl"))
+
+
+def test_githubs_asset_digest_is_checked_on_first_download(venv: tuple[Path, Path],
+                                                           tmp_path: Path, site: Site) -> None:
+    python, _packages = venv
+    wheel = sage_wheel(tmp_path / "w")
+    path = f"/woct0rdho/SageAttention/releases/download/v2.2.0-windows.post6/{wheel.name}"
+    api = "/repos/woct0rdho/SageAttention/releases/tags/v2.2.0-windows.post6"
+    step = wheel_step(site, wheel, sha256=None, path=path)
+    site.routes[api] = ("json", json.dumps({"assets": [
+        {"name": wheel.name, "digest": "sha256:" + "1" * 64}]}).encode())
+    with pytest.raises(InstallError, match="does not match"):
+        run(python, tmp_path, step, github_api=site.url(""))
+    real = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    site.routes[api] = ("json", json.dumps({"assets": [
+        {"name": wheel.name, "digest": f"sha256:{real}"}]}).encode())
+    _executor, out = run(python, tmp_path, step, github_api=site.url(""))
+    assert "matches GitHub's asset digest" in out
+
+
+def test_a_redirect_to_another_host_is_refused(venv: tuple[Path, Path], tmp_path: Path,
+                                               site: Site) -> None:
+    python, _packages = venv
+    wheel = sage_wheel(tmp_path / "w")
+    step = wheel_step(site, wheel)
+    other = site.url(f"/dl/{wheel.name}").replace("127.0.0.1", "localhost")
+    site.routes[f"/dl/{wheel.name}"] = ("redirect", other)
+    with pytest.raises(HostileDownload, match="redirects to another host"):
+        run(python, tmp_path, step)
+    assert not list((tmp_path / "cache").rglob("*.whl"))

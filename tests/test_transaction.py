@@ -1,0 +1,241 @@
+"""The install transaction in real venvs with real uv: rollback proven by hashes when uv fails
+half-way, a cancel from the progress callback, SIGTERM and SIGKILL mid-build (no orphan, the
+next run recovers), SIGKILL mid-change, and two installs at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sagedoctor.install.errors import InstallLocked
+from sagedoctor.install.execute import Executor
+from sagedoctor.install.runner import InstallError
+from sagedoctor.resolve import Step
+from tests.test_install_kit import (
+    add_installed_sage,
+    fake_source,
+    plan,
+    settings_for,
+    torch_venv,
+    tree_hashes,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+@pytest.fixture
+def venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    monkeypatch.setenv("SAGEDOCTOR_SMOKE_DEVICE", "cpu")
+    python, site = torch_venv(tmp_path / "app venv ü")
+    add_installed_sage(site, "2.1.1")
+    return python, site
+
+
+def build_step(source: Path) -> Step:
+    return Step("build-from-source", "Build SageAttention", "why", ("sageattention",),
+                build=settings_for(str(source)))
+
+
+def executor(python: Path, tmp_path: Path, *steps: Step, progress: Any = None) -> Executor:
+    work = tmp_path / f"work-{len(list(tmp_path.glob('work-*')))}"
+    return Executor(plan(python, *steps), progress or (lambda _m: None), work,
+                    tmp_path / "logs", cache_dir=tmp_path / "cache",
+                    state_root=tmp_path / "state")
+
+
+def test_uv_failing_half_way_is_rolled_back_and_proven_by_hashes(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    python, site = venv
+    source = fake_source(tmp_path / "src")
+    (source / "sageattention" / "extra.py").write_text("NEW = 1\n", encoding="utf-8")
+    # A folder where the new wheel writes a file: uv removes the old files, then fails.
+    (site / "sageattention" / "extra.py").mkdir()
+    (site / "sageattention" / "extra.py" / "keep.txt").write_text("mine", encoding="utf-8")
+    before = tree_hashes(site)
+    with pytest.raises(InstallError) as info:
+        executor(python, tmp_path, build_step(source)).run("0.1.0")
+    assert "failed" in info.value.message and "Is a directory" in info.value.message
+    assert "files match their sha256 from before" in info.value.fix
+    assert "sageattention 2.1.1" in info.value.fix
+    after = tree_hashes(site)
+    assert after == before
+    assert not list((tmp_path / "state").rglob("journal.json"))
+
+
+def test_an_exception_from_the_progress_callback_rolls_back(venv: tuple[Path, Path],
+                                                            tmp_path: Path) -> None:
+    python, site = venv
+
+    class InstallCancelled(InstallError):  # what the TUI raises when the user cancels
+        code = "SD910"
+
+    def progress(message: str) -> None:
+        if message.startswith("smoke check:"):  # the new sageattention is in place by now
+            raise InstallCancelled("cancelled by the user", "")
+
+    before = tree_hashes(site)
+    with pytest.raises(InstallCancelled) as info:
+        executor(python, tmp_path, build_step(fake_source(tmp_path / "src")),
+                 progress=progress).run("0.1.0")
+    assert "Rolled back" in info.value.fix
+    assert tree_hashes(site) == before
+
+
+# --- signals and a second process --------------------------------------------------------------
+
+DRIVER = r"""
+import json, sys
+from pathlib import Path
+from sagedoctor.install.execute import execute_plan
+from sagedoctor.resolve import Step
+from tests.test_install_kit import plan, settings_for
+cfg = json.loads(sys.argv[1])
+step = Step("build-from-source", "Build", "why", ("sageattention",),
+            build=settings_for(cfg["source"]))
+try:
+    execute_plan(plan(Path(cfg["python"]), step), lambda m: print(m, flush=True),
+                 Path(cfg["logs"]), "0.1.0", cache_dir=Path(cfg["cache"]),
+                 state_root=Path(cfg["state"]))
+except Exception as exc:
+    print("ERROR", type(exc).__name__, getattr(exc, "code", ""), exc, "|",
+          getattr(exc, "fix", ""), flush=True)
+    sys.exit(3)
+print("DONE", flush=True)
+"""
+
+
+def start(python: Path, source: Path, tmp_path: Path) -> subprocess.Popen[str]:
+    cfg = {"python": str(python), "source": str(source), "logs": str(tmp_path / "logs"),
+           "cache": str(tmp_path / "cache"), "state": str(tmp_path / "state")}
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), BUILD_PIDS=str(tmp_path / "pids"),
+               SAGEDOCTOR_SMOKE_DEVICE="cpu", SMOKE_HANG_FILE=str(tmp_path / "hang"))
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps(cfg)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(condition: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting for a reaper."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def build_pids(tmp_path: Path) -> list[int]:
+    wait_for(lambda: (tmp_path / "pids").is_file() and (tmp_path / "pids").read_text(),
+             "the build to start")
+    return [int(p) for p in (tmp_path / "pids").read_text().split()]
+
+
+def test_sigterm_mid_build_kills_the_build_tree_and_cleans_up(venv: tuple[Path, Path],
+                                                              tmp_path: Path) -> None:
+    python, site = venv
+    before = tree_hashes(site)
+    proc = start(python, fake_source(tmp_path / "src", slow=True), tmp_path)
+    pids = build_pids(tmp_path)
+    assert all(alive(p) for p in pids)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 3, out
+    assert "InstallInterrupted SD912" in out and "stopped by SIGTERM" in out
+    wait_for(lambda: not any(alive(p) for p in pids), "the build tree to die", 10)
+    assert list((tmp_path / "tmp").iterdir()) == []  # the temporary folder is gone
+    assert tree_hashes(site) == before
+    assert not list((tmp_path / "state").rglob("journal.json"))
+
+
+def test_sigkill_mid_build_is_recovered_by_the_next_run(venv: tuple[Path, Path],
+                                                        tmp_path: Path) -> None:
+    python, site = venv
+    before = tree_hashes(site)
+    proc = start(python, fake_source(tmp_path / "src", slow=True), tmp_path)
+    pids = build_pids(tmp_path)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert any(alive(p) for p in pids)  # nothing could stop them: sagedoctor died at once
+    assert list((tmp_path / "state").rglob("journal.json"))
+    again = start(python, fake_source(tmp_path / "src2"), tmp_path)
+    out, _ = again.communicate(timeout=120)
+    assert "was interrupted; recovering before anything else" in out, out
+    assert "stopped its build" in out and "removed its temporary folder" in out
+    assert "RecoveredInterruptedRun SD914" in out
+    wait_for(lambda: not any(alive(p) for p in pids), "the orphaned build to die", 10)
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert tree_hashes(site) == before
+    third = start(python, fake_source(tmp_path / "src3"), tmp_path)
+    out, _ = third.communicate(timeout=120)
+    assert third.returncode == 0 and "DONE" in out, out
+
+
+def test_sigkill_mid_change_is_rolled_back_by_the_next_run(venv: tuple[Path, Path],
+                                                           tmp_path: Path) -> None:
+    python, site = venv
+    before = tree_hashes(site)
+    (tmp_path / "hang").write_text("", encoding="utf-8")  # the new sageattn() hangs
+    proc = start(python, fake_source(tmp_path / "src"), tmp_path)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("smoke check:"):
+            break
+    proc.kill()
+    proc.communicate(timeout=30)
+    (tmp_path / "hang").unlink()
+    assert tree_hashes(site) != before  # killed with the new version in place
+    journal = json.loads(next((tmp_path / "state").rglob("journal.json")).read_text())
+    assert journal["phase"] == "changing"
+    again = start(python, fake_source(tmp_path / "src2"), tmp_path)
+    out, _ = again.communicate(timeout=120)
+    assert "the venv is as before the install: sageattention 2.1.1" in out, out
+    assert tree_hashes(site) == before
+
+
+def test_two_installs_at_once_the_second_is_refused_with_its_own_log(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    python, _site = venv
+    first = start(python, fake_source(tmp_path / "src", slow=True), tmp_path)
+    try:
+        build_pids(tmp_path)
+        with pytest.raises(InstallLocked) as info:
+            executor(python, tmp_path, build_step(fake_source(tmp_path / "src2"))).run("0.1.0")
+        assert f"(pid {first.pid})" in info.value.message and info.value.code == "SD911"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    logs = sorted((tmp_path / "logs").glob("install-*.log"))
+    assert len(logs) == 2
+    mine = [p for p in logs if p.name.endswith(f"-{os.getpid()}.log")]
+    assert len(mine) == 1 and "building:" not in mine[0].read_text()
+
+
+def test_a_signal_during_a_uv_call_waits_for_it_then_stops_the_run() -> None:
+    from sagedoctor.install.errors import InstallInterrupted
+    from sagedoctor.install.signals import deferred, interrupts_raise
+
+    finished = []
+    with interrupts_raise(), pytest.raises(InstallInterrupted, match="SIGTERM"), deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # uv is still writing: it must not be cut off
+        finished.append(True)
+    assert finished == [True]
+    with interrupts_raise(), pytest.raises(InstallInterrupted, match="SIGHUP"):
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(1)
