@@ -38,6 +38,9 @@ class SagedoctorApp(App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(getattr(self.screen, "HELP", "")))
 
+    async def action_quit(self) -> None:
+        self.action_quit_app()  # ctrl+q too: never walk away from a running install
+
     def action_quit_app(self) -> None:
         if self.install_running:
             self.notify("An install is running: cancel it first (Esc), then quit.",
