@@ -98,6 +98,24 @@ def build_parser() -> argparse.ArgumentParser:
         toggle = sub.add_parser(name, help=text, description=text)
         _target_options(toggle)
         toggle.add_argument("-v", "--verbose", action="store_true")
+    tui = sub.add_parser("tui", help="the interactive app: check, plan, install, verify "
+                                     "(also what `sagedoctor` alone opens on a terminal)")
+    _target_options(tui)
+    tui.add_argument("--facts", type=Path, metavar="FILE",
+                     help="check and plan a saved `check --json` file (a preview: nothing is "
+                          "installed)")
+    tui.add_argument("--index", type=Path, metavar="FILE",
+                     help="use this wheels_index.toml instead of the shipped one")
+    tui.add_argument("--source", type=Path, metavar="DIR",
+                     help="Linux: build SageAttention from this source folder")
+    tui.add_argument("--no-wheel-index", action="store_true",
+                     help="Linux: skip third-party wheel indexes, build from source")
+    tui.add_argument("-v", "--verbose", action="store_true",
+                     help="tracebacks of sagedoctor's own errors")
+    tui.add_argument("--report", type=Path, metavar="FILE",
+                     help="show this saved self-test report (`verify --json`) on the verify "
+                          "screen instead of running one")
+    tui.add_argument("--quick", action="store_true", help="a short verify sweep")
     index = sub.add_parser("index", help="the wheel index: refresh it from GitHub")
     index_sub = index.add_subparsers(dest="index_command", metavar="ACTION", required=True)
     refresh = index_sub.add_parser(
@@ -136,9 +154,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        return 0
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            parser.print_help()
+            return 0
+        args = parser.parse_args(["tui"])
     try:
+        if args.command == "tui":
+            from .tui import TuiOptions, run_tui
+
+            return run_tui(TuiOptions(
+                venv=args.venv, python=args.python, root=args.root, facts_file=args.facts,
+                index_file=args.index, source_dir=args.source,
+                use_linux_indexes=not args.no_wheel_index, selftest_report=args.report,
+                quick_verify=args.quick))
         if args.command == "check":
             from .commands.check import CheckOptions, run_check
 

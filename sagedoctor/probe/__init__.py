@@ -4,11 +4,13 @@ becomes a "could not check" record, never a crash of the tool."""
 from __future__ import annotations
 
 import os
+import threading
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,62 @@ def _guard_seconds() -> float:
     return float(os.environ.get("SAGEDOCTOR_TARGET_TIMEOUT", 20)) + 10
 
 
-def collect_facts(options: ProbeOptions) -> Facts:
+# Called once per area, from a probe thread, as soon as every probe the area reads has ended;
+# the Facts hold what has been gathered so far (the TUI fills its rows with it).
+AreaDone = Callable[[str, Facts], None]
+
+
+def _failure(name: str, exc: BaseException) -> ProbeFailure:
+    if isinstance(exc, SagedoctorError):
+        return ProbeFailure(name, f"{exc.message} (fix: {exc.fix})" if exc.fix else exc.message)
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return ProbeFailure(name, f"the {name} probe crashed: {last}")
+
+
+def _facts(results: dict[str, Any], failures: list[ProbeFailure],
+           areas: tuple[str, ...]) -> Facts:
+    return Facts(
+        system=results.get("system"),
+        gpu=results.get("gpu"),
+        target=results.get("target"),
+        toolchain=results.get("toolchain"),
+        invokeai=results.get("invokeai"),
+        probe_failures=tuple(failures),
+        sagedoctor_version=__version__,
+        areas=areas,
+    )
+
+
+class _AreaReporter:
+    """Tells the caller about each area whose probes have all ended, in finishing order."""
+
+    def __init__(self, areas: tuple[str, ...], on_area_done: AreaDone) -> None:
+        self.areas = areas
+        self.on_area_done = on_area_done
+        self.lock = threading.Lock()
+        self.results: dict[str, Any] = {}
+        self.failures: list[ProbeFailure] = []
+        self.reported: set[str] = set()
+
+    def probe_ended(self, name: str, future: Future[Any]) -> None:
+        if future.cancelled():
+            return
+        with self.lock:
+            exc = future.exception()
+            if exc is None:
+                self.results[name] = future.result()
+            else:
+                self.failures.append(_failure(name, exc))
+            ended = set(self.results) | {f.area for f in self.failures}
+            ready = [a for a in self.areas
+                     if a not in self.reported and _PROBES_FOR_AREA[a] <= ended]
+            self.reported.update(ready)
+            snapshot = _facts(self.results, self.failures, self.areas)
+        for area in ready:
+            self.on_area_done(area, snapshot)
+
+
+def collect_facts(options: ProbeOptions, on_area_done: AreaDone | None = None) -> Facts:
     os_name = current_os()
     wanted: set[str] = set()
     for area in options.areas:
@@ -80,27 +137,18 @@ def collect_facts(options: ProbeOptions) -> Facts:
     pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="probe")
     try:
         futures = {name: pool.submit(job) for name, job in jobs.items() if name in wanted}
+        if on_area_done is not None:
+            reporter = _AreaReporter(tuple(options.areas), on_area_done)
+            for name, future in futures.items():
+                future.add_done_callback(partial(reporter.probe_ended, name))
         for name, future in futures.items():
             try:
                 results[name] = future.result(timeout=_guard_seconds())
             except FutureTimeout:
                 failures.append(ProbeFailure(name, f"the {name} probe did not finish in time"))
-            except SagedoctorError as exc:
-                detail = f"{exc.message} (fix: {exc.fix})" if exc.fix else exc.message
-                failures.append(ProbeFailure(name, detail))
             except Exception as exc:  # a probe bug must not take the report down
-                last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-                failures.append(ProbeFailure(name, f"the {name} probe crashed: {last}"))
+                failures.append(_failure(name, exc))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
-    return Facts(
-        system=results.get("system"),
-        gpu=results.get("gpu"),
-        target=results.get("target"),
-        toolchain=results.get("toolchain"),
-        invokeai=results.get("invokeai"),
-        probe_failures=tuple(failures),
-        sagedoctor_version=__version__,
-        areas=tuple(options.areas),
-    )
+    return _facts(results, failures, tuple(options.areas))

@@ -1,0 +1,26 @@
+"""The cancel contract with the install executor: the TUI's progress callback raises this
+once the user pressed cancel, and the executor stops (and rolls back what it changed)."""
+
+from __future__ import annotations
+
+from ..install.runner import InstallError
+
+
+class InstallCancelled(InstallError):
+    code = "SD970"
+
+    def __init__(self, during: str) -> None:
+        super().__init__(f"cancelled by the user during: {during}",
+                         "nothing more was started after the cancel")
+
+
+def cancelled_in(exc: BaseException) -> bool:
+    """Whether a cancel caused this error (the executor wraps step errors in its own)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, InstallCancelled):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False

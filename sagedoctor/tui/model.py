@@ -1,0 +1,170 @@
+"""What the TUI shows, as plain data built from the stages' own results (findings, Plan,
+KeyResult). No textual here: these are pure and tested without a terminal."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..findings import SEVERITIES, SUMMARY_CODES, Finding
+from ..render import AREA_TITLES
+from ..resolve import Plan, Step
+from ..verify import KeyResult
+
+MARKS = {"ok": "✓", "info": "•", "warn": "!", "error": "✗", "unknown": "?", "pending": "…"}
+_STEP_PREFIX = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+@dataclass(frozen=True)
+class AreaRow:
+    area: str
+    title: str
+    state: str  # a severity, "unknown" (finished without findings) or "pending"
+    line: str
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def mark(self) -> str:
+        return MARKS[self.state]
+
+    @property
+    def fix(self) -> str:
+        """The command or advice to copy: the worst finding's fix that says something."""
+        ranked = sorted((f for f in self.findings if f.fix),
+                        key=lambda f: SEVERITIES.index(f.severity), reverse=True)
+        return ranked[0].fix if ranked else ""
+
+    def details(self) -> str:
+        if self.state == "pending":
+            return f"{self.title}: still checking."
+        lines = [f"{self.title}: {self.line}"]
+        for f in self.findings:
+            detail = f": {f.detail}" if f.detail else ""
+            lines.append(f"{MARKS[f.severity]} {f.code} {f.title}{detail}")
+            if f.fix:
+                lines.append(f"    fix: {f.fix}")
+        return "\n".join(lines)
+
+
+def pending_row(area: str) -> AreaRow:
+    return AreaRow(area, AREA_TITLES[area], "pending", "checking…")
+
+
+def area_row(area: str, findings: Iterable[Finding]) -> AreaRow:
+    """One area's row, with the summary line `check` prints for it."""
+    items = tuple(f for f in findings if f.area == area)
+    title = AREA_TITLES[area]
+    if not items:
+        return AreaRow(area, title, "unknown", "not checked")
+    worst = max((f.severity for f in items), key=SEVERITIES.index)
+    summary = next((f for f in items if f.code in SUMMARY_CODES), None)
+    head = summary.detail if summary else items[0].title
+    problems = [f for f in items if f.severity in ("warn", "error")]
+    if problems and summary is not None:
+        head = f"{problems[0].title} ({problems[0].code})"
+    return AreaRow(area, title, worst, head, items)
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+def step_changes(step: Step) -> str:
+    """What this step does to the venv, in one line."""
+    names = ", ".join(step.distributions)
+    if step.action == "uninstall":
+        return f"removes {names}"
+    if step.action == "remove-leftovers":
+        return "moves the leftover files to the log folder (kept, not deleted)"
+    if step.action in ("install", "install-wheel", "install-from-index", "build-from-source",
+                       "bundle-runtime"):
+        return f"installs or replaces {names}"
+    if step.action == "enable-invokeai":
+        return "invokeai.yaml: " + ", ".join(f"{k}: {v}" for k, v in step.config)
+    if step.action == "verify":
+        return "nothing: runs the self-test on the GPU"
+    return names or "see the step"
+
+
+def step_lines(number: int, step: Step) -> list[str]:
+    lines = [f"{number}. {step.title}", f"   why: {step.reason}"]
+    if step.wheel is not None:
+        lines.append(f"   download: {step.wheel.file}")
+        lines.append(f"   from: {step.wheel.url}")
+        lines.append("   size: not in the index (shown in the log once downloaded)")
+        lines.append(f"   sha256: {step.wheel.sha256} ({step.wheel.sha256_source})"
+                     if step.wheel.sha256 else "   sha256: not in the index (recorded)")
+    if step.index_url:
+        lines.append(f"   index: {step.index_url}")
+    if step.build is not None:
+        label = "fallback build" if step.action == "install-from-index" else "builds"
+        lines.append(f"   {label}: {step.build.source}")
+        if step.build.source.startswith("https://"):
+            lines.append("   download: the source archive (size not in the index)")
+    lines.append(f"   venv: {step_changes(step)}")
+    return lines
+
+
+def plan_summary(plan: Plan) -> str:
+    if not plan.steps:
+        return (f"Nothing to do: SageAttention in {plan.prefix} already matches this machine.")
+    added = sorted({d for s in plan.steps if s.action != "uninstall" for d in s.distributions})
+    removed = sorted({d for s in plan.steps if s.action == "uninstall"
+                      for d in s.distributions} - set(added))
+    parts = []
+    if added:
+        parts.append("installs or replaces " + ", ".join(added))
+    if removed:
+        parts.append("removes " + ", ".join(removed))
+    changes = "; ".join(parts) or "changes no distribution"
+    return f"{len(plan.steps)} steps: {changes}; nothing else in the venv changes."
+
+
+def step_progress(message: str) -> tuple[int, int] | None:
+    """(step, total) from the executor's "[n/total] title" progress lines."""
+    found = _STEP_PREFIX.match(message)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+# --- verify ----------------------------------------------------------------------------------
+
+def _tokens(n: int) -> str:
+    return f"{n / 1024:g}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def verdict_line(outcome: str, results: Sequence[KeyResult], error: str | None = None) -> str:
+    """The plain sentence on top of the verify screen."""
+    if outcome == "broken":
+        return ("SageAttention does not work in this venv" + (f": {error}" if error else "")
+                + ". PyTorch SDPA stays in use; `sagedoctor check` names the cause.")
+    routed = [r for r in results if r.chosen and r.crossover]
+    if outcome != "routing" or not routed:
+        return ("No SageAttention kernel is both correct and faster here: PyTorch SDPA stays "
+                "in use everywhere (nothing is lost).")
+    names = sorted({r.gpu_name.removeprefix("NVIDIA ") for r in routed})
+    lowest = min(r.crossover for r in routed if r.crossover)
+    highest = max(r.crossover for r in routed if r.crossover)
+    span = f"above {_tokens(lowest)} tokens" + (
+        "" if lowest == highest else f" ({_tokens(highest)} for some dtypes and head sizes)")
+    return (f"SageAttention serves sequences {span} on this {' and '.join(names)}; shorter ones "
+            "stay on PyTorch, which is faster there.")
+
+
+def result_cells(r: KeyResult) -> tuple[str, ...]:
+    return (
+        r.dtype, str(r.head_dim), r.chosen or "none (SDPA)",
+        f"{r.cosine:.5f}" if r.cosine is not None else "-",
+        f"{r.rel_l2:.4f}" if r.rel_l2 is not None else "-",
+        f"{r.best_speedup:.2f}x" if r.best_speedup is not None else "-",
+        _tokens(r.crossover) if r.chosen and r.crossover else "never",
+    )
+
+
+RESULT_COLUMNS = ("dtype", "D", "kernel", "cosine", "rel L2", "vs SDPA", "from")
+
+
+def by_gpu(results: Sequence[KeyResult]) -> list[tuple[str, list[KeyResult]]]:
+    groups: dict[int, list[KeyResult]] = {}
+    for r in results:
+        groups.setdefault(r.gpu, []).append(r)
+    return [(f"GPU {i} {rows[0].gpu_name} (sm{rows[0].arch.replace('.', '')})", rows)
+            for i, rows in sorted(groups.items())]

@@ -1,0 +1,106 @@
+"""The actions screen: the start-up hook on or off, the log folder, a JSON report."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from ...commands.enable import hook_path, run_disable, run_enable
+from ...errors import SagedoctorError
+
+if TYPE_CHECKING:
+    from ..app import SagedoctorApp
+
+REPORT_NAME = "sagedoctor-report.json"
+
+
+class ActionsScreen(Screen[None]):
+    HELP = """\
+Actions: Up/Down choose, Enter runs the highlighted one.
+Enable   the runtime for every Python of the target venv (a
+         start-up hook; needs a passing verify)
+Disable  removes the hook again
+Report   writes facts and findings (as `check --json` does)
+         to the file in the box: edit it, then Enter; attach
+         that file to a bug report
+Esc      back
+"""
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back")]
+
+    @property
+    def tui(self) -> SagedoctorApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(self._target_line(), id="actions-target", markup=False)
+        yield OptionList(
+            Option("Enable the start-up hook (route attention where verified)", id="enable"),
+            Option("Disable the start-up hook", id="disable"),
+            Option("Show the log folder", id="logs"),
+            Option("Save a JSON report for a bug report", id="report"),
+            id="actions-list")
+        yield Input(REPORT_NAME, id="report-path",
+                    placeholder="where to save the report")
+        yield Static("", id="action-result", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#actions-list", OptionList).focus()
+
+    def _target_line(self) -> str:
+        target = self.tui.session.target
+        if target is None:
+            return ("No venv of this machine is selected (facts from a file): only the "
+                    "report can be saved.")
+        state = "on" if hook_path(target).exists() else "off"
+        return f"Target venv: {target.prefix} (start-up hook: {state})"
+
+    def _say(self, text: str) -> None:
+        self.query_one("#action-result", Static).update(text)
+        self.query_one("#actions-target", Static).update(self._target_line())
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        choice = event.option.id
+        if choice == "logs":
+            self._say(f"Logs are kept in {self.tui.session.log_dir}")
+        elif choice == "report":
+            self.query_one("#report-path", Input).focus()
+            self._say("Edit the file name if you like, then press Enter to save.")
+        elif choice in ("enable", "disable"):
+            self._toggle(choice)
+
+    def _toggle(self, choice: str) -> None:
+        target = self.tui.session.target
+        if target is None:
+            self._say("There is no venv of this machine to change (facts from a file).")
+            return
+        out = io.StringIO()
+        try:
+            (run_enable if choice == "enable" else run_disable)(target, out)
+        except SagedoctorError as exc:
+            self._say(f"error {exc.code}: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix
+                                                            else ""))
+            return
+        self._say(out.getvalue().strip())
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        path = Path(event.value).expanduser().absolute()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.tui.session.report_json(), encoding="utf-8")
+        except OSError as exc:
+            self._say(f"Could not write {path}: {exc.strerror or exc}")
+            return
+        self._say(f"Saved the report to {path}")
+        self.query_one("#actions-list", OptionList).focus()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()

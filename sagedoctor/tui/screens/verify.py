@@ -1,0 +1,86 @@
+"""The verify screen: the self-test's key results, a table per GPU, and a plain verdict."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from ...errors import SagedoctorError
+from ...verify import key_results
+from ..model import RESULT_COLUMNS, by_gpu, result_cells, verdict_line
+
+if TYPE_CHECKING:
+    from ..app import SagedoctorApp
+
+
+class VerifyScreen(Screen[None]):
+    HELP = """\
+Verify: the runtime's self-test in the target venv. Each kernel
+is checked against PyTorch SDPA (cosine, relative L2 error) and
+timed over a sweep of sequence lengths.
+vs SDPA  its best speed-up over PyTorch's attention
+from     the length from which it is faster: only longer
+         sequences go to SageAttention; never: SDPA stays
+Up/Down  scroll     Esc  back
+"""
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back")]
+
+    @property
+    def tui(self) -> SagedoctorApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("Running the self-test on the GPU (a minute or two)…", id="verdict",
+                     markup=False)
+        yield VerticalScroll(id="verify-body")
+        yield Static("", id="verify-notes", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#verify-body").focus()
+        self.run_verify()
+
+    @work(thread=True, exclusive=True, group="verify")
+    def run_verify(self) -> None:
+        try:
+            data = self.tui.session.verify()
+        except SagedoctorError as exc:
+            self.app.call_from_thread(self._failed, exc)
+            return
+        self.app.call_from_thread(self._show, data)
+
+    def _failed(self, exc: SagedoctorError) -> None:
+        self.query_one("#verdict", Static).update(f"Could not verify: {exc.message}")
+        self.query_one("#verify-notes", Static).update(f"fix: {exc.fix}" if exc.fix else "")
+
+    def _show(self, data: dict[str, Any]) -> None:
+        report = data["report"]
+        results = key_results(report)
+        self.query_one("#verdict", Static).update(
+            verdict_line(data["verdict"], results, report.get("error")))
+        body = self.query_one("#verify-body", VerticalScroll)
+        for label, rows in by_gpu(results):
+            body.mount(Static(label, classes="gpu-label", markup=False))
+            table: DataTable[str] = DataTable(cursor_type="none", classes="gpu-table")
+            body.mount(table)
+            table.add_columns(*RESULT_COLUMNS)
+            for r in rows:
+                table.add_row(*result_cells(r))
+        notes = []
+        if data.get("source"):
+            notes.append(f"report: {data['source']}")
+        if data.get("calibration_path"):
+            notes.append(f"calibration written to {data['calibration_path']}")
+        if data["verdict"] == "routing" and not data.get("source"):
+            notes.append("Back on the check screen, a: actions switches the start-up hook on")
+        self.query_one("#verify-notes", Static).update("\n".join(notes))
+
+    def action_back(self) -> None:
+        self.app.pop_screen()

@@ -1,0 +1,136 @@
+"""The state one TUI run carries between its screens, and the calls into the stages.
+
+No textual here: each method is the same call the CLI makes (collect_facts, diagnose,
+resolve_plan, execute_plan, run_verify), run by the screens in worker threads."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..areas import AREAS
+from ..diagnose import diagnose
+from ..facts import Facts, TargetFacts, load_facts_file
+from ..findings import Finding
+from ..index import WheelIndex, load_index
+from ..probe import AreaDone, ProbeOptions, collect_facts
+from ..render import render_json
+from ..resolve import Blocked, Plan, ResolveOptions, resolve_plan
+from ..verify import VerifyError
+
+
+@dataclass(frozen=True)
+class TuiOptions:
+    venv: Path | None = None
+    python: Path | None = None
+    root: Path | None = None
+    facts_file: Path | None = None  # a saved `check --json`: check and plan only (a preview)
+    index_file: Path | None = None
+    source_dir: Path | None = None
+    use_linux_indexes: bool = True
+    selftest_report: Path | None = None  # a saved self-test report for the verify screen
+    log_dir: Path | None = None
+    quick_verify: bool = False
+
+
+def default_log_dir() -> Path:
+    from platformdirs import user_log_dir
+
+    return Path(user_log_dir("sagedoctor", appauthor=False))
+
+
+@dataclass
+class Session:
+    options: TuiOptions
+    facts: Facts | None = None
+    findings: list[Finding] = field(default_factory=list)
+    plan: Plan | Blocked | None = None
+    index: WheelIndex | None = None
+
+    @property
+    def preview_only(self) -> bool:
+        """Facts from a file describe another machine: nothing may be changed from them."""
+        return self.options.facts_file is not None
+
+    @property
+    def source(self) -> str:
+        return (f"facts from {self.options.facts_file.name}" if self.options.facts_file
+                else "this machine")
+
+    @property
+    def log_dir(self) -> Path:
+        return self.options.log_dir or default_log_dir()
+
+    @property
+    def target(self) -> TargetFacts | None:
+        return None if self.preview_only or self.facts is None else self.facts.target
+
+    def check(self, on_area_done: AreaDone | None = None) -> list[Finding]:
+        if self.options.facts_file is not None:
+            facts = load_facts_file(self.options.facts_file)
+            if on_area_done is not None:
+                for area in AREAS:
+                    on_area_done(area, facts)
+        else:
+            facts = collect_facts(ProbeOptions(venv=self.options.venv,
+                                               python=self.options.python,
+                                               root=self.options.root), on_area_done)
+        self.facts = facts
+        self.findings = diagnose(facts)
+        self.plan = None
+        return self.findings
+
+    def resolve(self) -> Plan | Blocked:
+        assert self.facts is not None, "check first"
+        self.index = self.index or load_index(self.options.index_file)
+        source = str(self.options.source_dir.resolve()) if self.options.source_dir else None
+        self.plan = resolve_plan(self.facts, self.index, ResolveOptions(
+            source_dir=source, use_linux_indexes=self.options.use_linux_indexes))
+        return self.plan
+
+    def report_json(self) -> str:
+        """What `check --json` writes: facts and findings, for a bug report."""
+        assert self.facts is not None, "check first"
+        return render_json(self.facts, self.findings)
+
+    def verify_target(self) -> tuple[Path, Path] | None:
+        """(python, prefix) to verify: the venv just installed into, else the checked one."""
+        if isinstance(self.plan, Plan) and not self.preview_only:
+            return Path(self.plan.python), Path(self.plan.prefix)
+        target = self.target
+        return (Path(target.executable), Path(target.prefix)) if target else None
+
+    def verify(self) -> dict[str, Any]:
+        """{"verdict", "report", ...} as `verify --json` writes it (and records it)."""
+        if self.options.selftest_report is not None:
+            return load_selftest_report(self.options.selftest_report)
+        where = self.verify_target()
+        if where is None:
+            raise VerifyError("there is no venv of this machine to verify",
+                              "run `sagedoctor tui` without --facts, or pass --report FILE")
+        from ..commands.install import run_verify
+
+        out = io.StringIO()
+        run_verify(where[0], where[1], self.options.quick_verify, True, out)
+        data: dict[str, Any] = json.loads(out.getvalue())
+        return data
+
+
+def load_selftest_report(path: Path) -> dict[str, Any]:
+    """A saved self-test report, or the `verify --json` output that wraps one."""
+    from ..verify import key_results, parse_report, verdict
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise VerifyError(f"{path}: cannot read a report from it ({exc})",
+                          "pass a file written by `sagedoctor verify --json`") from None
+    inner = data.get("report") if isinstance(data, dict) and "report" in data else data
+    report = parse_report(json.dumps(inner))
+    return {"verdict": verdict(report, key_results(report)), "report": report,
+            "calibration_path": None, "source": path.name, "version": __version__}

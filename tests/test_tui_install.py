@@ -1,0 +1,218 @@
+"""The install screen carrying out a real plan in a real stand-in venv, its wheel downloaded
+over HTTPS from a local server (a self-signed certificate made by openssl, trusted through
+SSL_CERT_FILE): a whole install, and a cancel while the download runs."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import ssl
+import subprocess
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import Log, ProgressBar, Static
+
+from sagedoctor.install.execute import installed_distributions
+from sagedoctor.resolve import Plan, Step, WheelDownload
+from sagedoctor.tui.app import SagedoctorApp
+from sagedoctor.tui.screens.install import InstallScreen
+from sagedoctor.tui.screens.verify import VerifyScreen
+from sagedoctor.tui.session import TuiOptions
+from tests.standins import add_dist, add_torch, make_venv, venv_python
+from tests.tui_support import settle
+
+pytestmark = [pytest.mark.anyio,
+              pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")]
+PROFILE = Path(__file__).parent / "profiles" / "linux-h200-ready.json"
+WHEEL_NAME = "sageattention-2.2.0-py3-none-any.whl"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def make_wheel(path: Path) -> bytes:
+    """A real, installable wheel standing in for SageAttention 2 (no kernels)."""
+    files = {
+        "sageattention/__init__.py": b"VERSION = '2.2.0'\n",
+        "sageattention-2.2.0.dist-info/METADATA":
+            b"Metadata-Version: 2.1\nName: sageattention\nVersion: 2.2.0\n",
+        "sageattention-2.2.0.dist-info/WHEEL":
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+        record.append(f"{name},sha256={digest.decode()},{len(data)}")
+    record.append("sageattention-2.2.0.dist-info/RECORD,,")
+    files["sageattention-2.2.0.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return path.read_bytes()
+
+
+class Served:
+    """What the local server sends, and a gate that holds the second half of the body."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+
+@pytest.fixture
+def https_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Served]]:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    served = Served(make_wheel(tmp_path / WHEEL_NAME))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != f"/{WHEEL_NAME}":
+                self.send_error(404)
+                return
+            half = len(served.payload) // 2
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(served.payload)))
+            self.end_headers()
+            self.wfile.write(served.payload[:half])
+            self.wfile.flush()
+            served.started.set()
+            served.gate.wait(30)
+            self.wfile.write(served.payload[half:])
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        yield f"https://127.0.0.1:{httpd.server_address[1]}", served
+    finally:
+        served.gate.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> Path:
+    root = tmp_path / "app venv ü"
+    site = make_venv(root)
+    add_torch(site, "__version__ = '2.11.0+cu130'\ncuda = '13.0'\nhip = None\n",
+              "2.11.0+cu130")
+    add_dist(site, "sageattention", "1.0.6", {"sageattention/__init__.py": ""})
+    # A RECORD lists the dist-info's own files too (as pip writes it), so an uninstall
+    # removes the dist-info and not only the package.
+    info = site / "sageattention-1.0.6.dist-info"
+    with (info / "RECORD").open("a", encoding="utf-8") as record:
+        for name in ("METADATA", "INSTALLER", "RECORD"):
+            record.write(f"{info.name}/{name},,\n")
+    return venv_python(root)
+
+
+def the_plan(python: Path, url: str, sha256: str) -> Plan:
+    return Plan(python=str(python), prefix=str(python.parent.parent), os="linux", steps=(
+        Step("uninstall", "Uninstall SageAttention 1", "it shadows SageAttention 2",
+             ("sageattention",)),
+        Step("install-wheel", f"Install {WHEEL_NAME}", "the wheel for this torch",
+             ("sageattention",), wheel=WheelDownload(WHEEL_NAME, f"{url}/{WHEEL_NAME}",
+                                                     sha256, "test")),
+        Step("bundle-runtime", "Install the sagedoctor runtime", "routes attention",
+             ("sagedoctor-runtime",)),
+        Step("verify", "Verify in the target venv", "prove it on the GPU"),
+    ))
+
+
+async def _open_install(pilot: Any, app: SagedoctorApp, plan: Plan) -> InstallScreen:
+    await settle(pilot)
+    app.session.plan = plan
+    screen = InstallScreen(plan)
+    await app.push_screen(screen)
+    return screen
+
+
+async def test_install_screen_carries_out_the_plan_with_progress_and_log(
+        venv: Path, https_server: tuple[str, Served], tmp_path: Path) -> None:
+    url, served = https_server
+    served.gate.set()
+    before = installed_distributions(venv)
+    plan = the_plan(venv, url, hashlib.sha256(served.payload).hexdigest())
+    app = SagedoctorApp(TuiOptions(facts_file=PROFILE, log_dir=tmp_path / "logs"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _open_install(pilot, app, plan)
+        assert app.install_running
+        await settle(pilot)
+        assert screen.state == "done", "\n".join(screen.query_one(Log).lines)
+        assert not app.install_running
+        log = "\n".join(screen.query_one(Log).lines)
+        assert f"downloading {url}/{WHEEL_NAME}" in log
+        assert "(matches the index)" in log
+        bar = screen.query_one(ProgressBar)
+        assert bar.progress == bar.total == 4
+        assert str(screen.query_one("#install-state", Static).render()).startswith(
+            f"Installed into {plan.prefix}.")
+        assert str(screen.query_one("#install-elapsed", Static).render()).startswith("took ")
+        after = installed_distributions(venv)
+        assert after["sageattention"] == "2.2.0" and after["sagedoctor-runtime"]
+        assert after["torch"] == before["torch"] == "2.11.0+cu130"
+        # verify runs the real self-test in that venv: its torch is a stand-in, so it fails
+        await pilot.press("v")
+        await settle(pilot)
+        assert isinstance(app.screen, VerifyScreen)
+        verdict = str(app.screen.query_one("#verdict", Static).render())
+        assert verdict.startswith(("SageAttention does not work in this venv",
+                                   "Could not verify"))
+
+
+async def test_cancel_during_the_download_leaves_the_venv_unchanged(
+        venv: Path, https_server: tuple[str, Served], tmp_path: Path) -> None:
+    url, served = https_server
+    before = installed_distributions(venv)
+    plan = the_plan(venv, url, hashlib.sha256(served.payload).hexdigest())
+    app = SagedoctorApp(TuiOptions(facts_file=PROFILE, log_dir=tmp_path / "logs"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _open_install(pilot, app, plan)
+        deadline = time.monotonic() + 30
+        while not served.started.is_set() and time.monotonic() < deadline:
+            await pilot.pause(0.05)  # the event loop must run: progress goes through it
+        assert served.started.is_set(), "the download never began"
+        await pilot.press("q")  # quitting mid-install is refused
+        assert app.is_running and app.screen is screen
+        await pilot.press("escape")
+        assert screen.state == "cancelling"
+        served.gate.set()  # the download finishes; the executor's next event stops it
+        deadline = time.monotonic() + 60
+        while screen.state == "cancelling" and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        await settle(pilot)
+        assert screen.state == "cancelled"
+        state = str(screen.query_one("#install-state", Static).render())
+        assert "The venv was not touched" in state
+        log = "\n".join(screen.query_one(Log).lines)
+        assert "cancelled: " in log and "cancelled by the user" in log
+        assert installed_distributions(venv) == before
+        assert before["sageattention"] == "1.0.6"
+        await pilot.press("v")  # nothing to verify after a cancel
+        assert app.screen is screen
+        await pilot.press("b")
+        assert app.screen is not screen

@@ -1,0 +1,98 @@
+"""Screenshots of each screen at 80x24 (the app's own SVG export), compared with the files in
+tests/snapshots/. After an intended change of the look, regenerate them (and the copies shown
+in docs/img/) with:
+
+    SAGEDOCTOR_UPDATE_SNAPSHOTS=1 .venv/bin/python -m pytest -q tests/test_tui_snapshots.py
+
+The SVG depends on textual's version: the one they were made with is in
+tests/snapshots/TEXTUAL_VERSION, and another version skips these tests with that advice."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from sagedoctor.resolve import Plan, Step
+from sagedoctor.tui.app import SagedoctorApp
+from sagedoctor.tui.screens.install import InstallScreen
+from sagedoctor.tui.session import TuiOptions
+from tests.standins import make_venv, venv_python
+from tests.tui_support import DOCS_IMG, SNAPSHOTS, UPDATE, settle
+
+PROFILES = Path(__file__).parent / "profiles"
+FIXTURES = Path(__file__).parent / "fixtures"
+SAGE1 = PROFILES / "windows-sageattention1.json"
+RECORDED = (SNAPSHOTS / "TEXTUAL_VERSION").read_text().strip() \
+    if (SNAPSHOTS / "TEXTUAL_VERSION").exists() else None
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(not UPDATE and version("textual") != RECORDED,
+                       reason=f"snapshots were made with textual {RECORDED}; this is "
+                              f"{version('textual')}: regenerate them (see this file)"),
+]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _plain(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def compare(name: str, svg: str) -> None:
+    path = SNAPSHOTS / f"{name}.svg"
+    if UPDATE:
+        SNAPSHOTS.mkdir(exist_ok=True)
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        path.write_text(svg, encoding="utf-8")
+        (DOCS_IMG / f"tui-{name}.svg").write_text(svg, encoding="utf-8")
+        (SNAPSHOTS / "TEXTUAL_VERSION").write_text(version("textual") + "\n")
+        return
+    assert path.exists(), f"no snapshot {path}: regenerate (see this file's docstring)"
+    assert svg == path.read_text(encoding="utf-8"), (
+        f"the {name} screen looks different from {path}; if that is intended, regenerate")
+
+
+def app_for(**options: object) -> SagedoctorApp:
+    return SagedoctorApp(TuiOptions(**options), clock=lambda: 100.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("name", "keys"), [
+    ("check", ("down", "down", "down", "down", "down")),
+    ("plan", ("p",)),
+    ("verify", ("v",)),
+    ("actions", ("a",)),
+    ("help", ("question_mark",)),
+])
+async def test_screen_looks_as_recorded(name: str, keys: tuple[str, ...]) -> None:
+    app = app_for(facts_file=SAGE1, selftest_report=FIXTURES / "selftest-h200-main.json")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        for key in keys:
+            await pilot.press(key)
+            await settle(pilot)
+        compare(name, app.export_screenshot(title=f"sagedoctor: {name}"))
+
+
+async def test_install_screen_looks_as_recorded(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    make_venv(venv)
+    plan = Plan(python=str(venv_python(venv)), prefix="/home/ana/invokeai/.venv", os="linux",
+                steps=(Step("enable-invokeai", "Set attention_backend: sage in invokeai.yaml",
+                            "this InvokeAI has the setting",
+                            paths=("/home/ana/invokeai/invokeai.yaml",),
+                            config=(("attention_backend", "sage"),)),
+                       Step("verify", "Verify in the target venv", "prove it on the GPU")))
+    app = app_for(facts_file=SAGE1, log_dir=tmp_path / "logs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await app.push_screen(InstallScreen(plan))
+        await settle(pilot)
+        assert isinstance(app.screen, InstallScreen) and app.screen.state == "done"
+        compare("install", app.export_screenshot(title="sagedoctor: install"))
