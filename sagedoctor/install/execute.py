@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from packaging.utils import canonicalize_name
 
+from ..invokeai_config import enable_invokeai
 from ..proc import ToolMissing, ToolTimeout, run_tool
 from ..resolve import Plan, Step
 from .bundle import build_runtime_wheel
@@ -144,12 +145,8 @@ class Executor:
                 self.progress(f"{step.index_url} did not serve it ({exc.message[:120]}); "
                               "building from source")
                 self.installer.install([str(self._build_wheel(step))], reinstall=True)
-        elif step.action == "enable-invokeai":
-            # Editing invokeai.yaml (keeping its comments) is not done yet: say exactly what to
-            # change rather than stopping the install.
-            settings = ", ".join(f"{k}: {v}" for k, v in step.config)
-            where = step.paths[0] if step.paths else "invokeai.yaml"
-            self.progress(f"not changed by sagedoctor yet: set `{settings}` in {where} by hand")
+        elif step.action == "enable-invokeai":  # undone by invokeai_config.undo_edit
+            enable_invokeai(step.config, next(iter(step.paths), None), self.python, self.progress)
         elif step.action == "bundle-runtime":
             wheel = build_runtime_wheel(self.work / "runtime", runtime_version)
             self.installer.install([str(wheel)], reinstall=True)
