@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from packaging.utils import canonicalize_name
 
+from ..install_record import record_install
 from ..invokeai_config import enable_invokeai
 from ..proc import ToolMissing, ToolTimeout, run_tool
 from ..resolve import Plan, Step
@@ -94,6 +95,7 @@ class Executor:
             self._guarded(number, step, partial(self._step, step, runtime_version, wheel))
             self.done.append(step.title)
         after = installed_distributions(self.python)
+        record_install(self.plan.prefix, before, after, self.plan.changed_distributions)
         changed = unexpected_changes(before, after, self.plan.changed_distributions)
         if changed:
             raise InstallError("distributions outside the plan changed: " + "; ".join(changed),
