@@ -88,7 +88,7 @@ def dists(venv: Path) -> dict[str, str]:
             "{d.metadata['Name']: d.version for d in m.distributions()}))")
     done = subprocess.run([str(venv_python(venv)), "-I", "-c", code], capture_output=True,
                           text=True, check=True)
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+    return json.loads(done.stdout)
 
 
 def uninstall(args: list[str], env: dict[str, str], answer: str = ""
