@@ -9,15 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from ..errors import SagedoctorError
 from ..facts import TargetFacts
 from ..install_record import InstallRecord, read_record
 from ..resolve import RUNTIME_DIST
 from .enable import hook_path
-
-
-class UninstallError(SagedoctorError):
-    code = "SD945"
 
 
 @dataclass(frozen=True)
