@@ -235,17 +235,23 @@ def backup_path(path: Path, now: datetime) -> Path:
     return path.with_name(f"{path.name}.sagedoctor-{stamp}.bak")
 
 
-def apply_settings(path: Path, settings: Mapping[str, str], python: Path, venv: Path,
-                   processes: Callable[[], Iterable[ProcessInfo]] = running_processes,
-                   now: datetime | None = None) -> ConfigEdit:
-    """Set the keys in invokeai.yaml (created if missing) and return how to undo it."""
-    root = path.parent
-    busy = invokeai_processes(processes(), venv, root)
+def refuse_if_running(path: Path, venv: Path,
+                      processes: Callable[[], Iterable[ProcessInfo]] = running_processes) -> None:
+    """Raise while the InvokeAI of this venv or of path's root runs. The transaction can call
+    it before the venv is touched, so a running InvokeAI stops the install up front."""
+    busy = invokeai_processes(processes(), venv, path.parent)
     if busy:
         pids = ", ".join(str(p.pid) for p in busy)
         raise InvokeAIRunning(f"InvokeAI is running from {venv} (pid {pids}); it rewrites "
                               f"{path.name} itself", "stop InvokeAI, then run again; nothing "
                               "was changed")
+
+
+def apply_settings(path: Path, settings: Mapping[str, str], python: Path, venv: Path,
+                   processes: Callable[[], Iterable[ProcessInfo]] = running_processes,
+                   now: datetime | None = None) -> ConfigEdit:
+    """Set the keys in invokeai.yaml (created if missing) and return how to undo it."""
+    refuse_if_running(path, venv, processes)
     exists = path.is_file()
     bom, text, newline = _read(path) if exists else (False, "", "\n")
     new_text = edited_text(text, settings, path)
