@@ -116,6 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="show this saved self-test report (`verify --json`) on the verify "
                           "screen instead of running one")
     tui.add_argument("--quick", action="store_true", help="a short verify sweep")
+    uninstall = sub.add_parser(
+        "uninstall", help="remove what sagedoctor installed into the target venv",
+        description="Removes the start-up hook, the sagedoctor-runtime distribution and "
+                    "<venv>/sagedoctor/, and puts back a triton-windows sagedoctor replaced. "
+                    "sageattention stays unless --all.")
+    _target_options(uninstall)
+    uninstall.add_argument("--all", action="store_true", help="remove sageattention too")
+    uninstall.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    uninstall.add_argument("--dry-run", action="store_true", help="print what it would do")
+    uninstall.add_argument("-v", "--verbose", action="store_true")
     index = sub.add_parser("index", help="the wheel index: refresh it from GitHub")
     index_sub = index.add_subparsers(dest="index_command", metavar="ACTION", required=True)
     refresh = index_sub.add_parser(
@@ -197,6 +207,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .commands.index import run_refresh
 
             return run_refresh(args.index, args.api)
+        if args.command == "uninstall":
+            from .commands.uninstall import run_uninstall
+
+            return run_uninstall(_inspect_target(args), yes=args.yes, dry_run=args.dry_run,
+                                 everything=args.all)
         if args.command in ("verify", "enable", "disable"):
             target = _inspect_target(args)
             if args.command == "enable":

@@ -61,12 +61,81 @@ def torch_build_of(torch: TorchFacts) -> compat.TorchBuild:
     return compat.torch_build(torch.version, torch.full_version, torch.cuda, torch.hip)
 
 
-def _pip(target: TargetFacts, os_name: str) -> str:
-    return f"{quote(target.executable, os_name)} -m pip"
+def has_pip(target: TargetFacts) -> bool:
+    """`python -m pip` works in the target (older facts files only know pip's version)."""
+    if target.pip_importable is not None:
+        return target.pip_importable
+    return target.pip is not None
+
+
+def installer_command(target: TargetFacts, os_name: str, verb: str) -> str:
+    """`<python> -m pip <verb>`, or `uv pip <verb> --python <python>` where the venv has no pip
+    (uv and launcher venvs); the arguments follow."""
+    python = quote(target.executable, os_name)
+    if has_pip(target):
+        return f"{python} -m pip {verb}"
+    return f"uv pip {verb} --python {python}"
+
+
+def uninstall_command(target: TargetFacts, os_name: str, names: str) -> str:
+    # pip asks for confirmation without -y; uv pip never asks and has no -y.
+    if has_pip(target):
+        return f"{installer_command(target, os_name, 'uninstall')} -y {names}"
+    return f"{installer_command(target, os_name, 'uninstall')} {names}"
+
+
+TORCH_INDEX = "https://download.pytorch.org/whl"
+
+
+def torch_index_url(build: compat.TorchBuild) -> str | None:
+    """The PyTorch index serving this build: +cu128 -> .../whl/cu128, +rocm7.1 -> .../rocm7.1."""
+    parsed = compat.parse_version(build.label)
+    local = (parsed.local or "") if parsed else ""
+    if local.startswith(("cu", "rocm", "cpu", "xpu")):
+        return f"{TORCH_INDEX}/{local}"
+    if local:
+        return None  # a vendor's own build (Jetson's +nv24.08): no PyTorch index has it
+    if build.kind == "cuda" and build.cuda:
+        release = compat.parse_version(build.cuda)
+        if release is not None and len(release.release) >= 2:
+            return f"{TORCH_INDEX}/cu{release.release[0]}{release.release[1]}"
+    if build.kind == "cpu":
+        return f"{TORCH_INDEX}/cpu"
+    return None
+
+
+def torch_fix(target: TargetFacts, os_name: str, requirement: str, index_url: str,
+              force: bool) -> str:
+    """A torch command that always names its index, so the CUDA variant cannot change behind
+    the user's back; an InvokeAI venv is repaired by its launcher, which knows the pins."""
+    if force:
+        flag = "--force-reinstall" if has_pip(target) else "--reinstall-package torch"
+        args = f"{flag} {requirement}"
+    else:
+        args = requirement
+    command = (f"{installer_command(target, os_name, 'install')} {args} "
+               f"--index-url {index_url}")
+    if target.invokeai is not None:
+        return (f"InvokeAI venv: run the Invoke launcher's Repair (it reinstalls the torch "
+                f"InvokeAI {target.invokeai.version} pins), or: {command}")
+    return command
 
 
 def _venv_arg(target: TargetFacts, os_name: str) -> str:
     return quote(target.prefix, os_name)
+
+
+def linux_triton_fix(target: TargetFacts, want: str | None) -> str:
+    """torch on Linux pins one triton: installing the same torch build again from its own
+    index brings that triton back without changing torch."""
+    assert target.torch is not None
+    build = torch_build_of(target.torch)
+    url = torch_index_url(build)
+    if url is None:
+        spec = f'"triton=={want}.*"' if want else "triton"
+        return f"{installer_command(target, 'linux', 'install')} {spec}"
+    return (torch_fix(target, "linux", f"torch=={build.label}", url, force=False)
+            + " (this torch build again, which brings the triton it pins)")
 
 
 # --- system -------------------------------------------------------------------------------
@@ -209,8 +278,8 @@ def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list
             index = cuda_index_for_torch(torch.version, oldest < (7, 5))
             out.append(finding(
                 "SD142", "error", f"torch {build.label} has no CUDA",
-                f"{_pip(target, os_name)} install --force-reinstall torch=={public_text} "
-                f"--index-url https://download.pytorch.org/whl/{index}",
+                torch_fix(target, os_name, f"torch=={public_text}", f"{TORCH_INDEX}/{index}",
+                          force=True),
             ))
     elif build.kind != "cuda":
         out.append(finding("SD143", "error", f"torch {build.label}"))
@@ -224,8 +293,8 @@ def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list
             out.append(finding(
                 "SD144", "error",
                 f"torch {build.label} (CUDA {build.cuda}) has no kernels for {gpu_label(g)}",
-                f"{_pip(target, os_name)} install --force-reinstall torch=={public_text} "
-                "--index-url https://download.pytorch.org/whl/cu126",
+                torch_fix(target, os_name, f"torch=={public_text}", f"{TORCH_INDEX}/cu126",
+                          force=True),
             ))
     cuda = f"CUDA {build.cuda}" if build.cuda else build.kind.upper()
     out.insert(0, finding("SD140", "ok", f"torch {build.label} ({cuda})"))
@@ -235,10 +304,10 @@ def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list
 def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
                  rules: TritonRules) -> list[Finding]:
     out: list[Finding] = []
-    pip = _pip(target, os_name)
+    pip = installer_command(target, os_name, "install")
     if os_name == "windows" and target.triton:
         out.append(finding("SD153", "error", f"triton {target.triton} is installed",
-                           f"{pip} uninstall -y triton"))
+                           uninstall_command(target, os_name, "triton")))
     torch = target.torch
     if torch is None:
         return [finding("SD150", "info", "not matched: no torch installed"), *out]
@@ -251,21 +320,22 @@ def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
     have_text = target.triton_windows if os_name == "windows" else target.triton
     package = rules.windows_package if os_name == "windows" else "triton"
     spec = (f"{package}>={want[0]}.{want[1]},<{want[0]}.{want[1] + 1}" if want else package)
+    fix = (f'{pip} "{spec}"' if os_name == "windows"
+           else linux_triton_fix(target, f"{want[0]}.{want[1]}" if want else None))
     if have_text is None:
-        out.append(finding("SD151", "error", f"no {package} in {target.prefix}",
-                           f'{pip} install "{spec}"'))
+        out.append(finding("SD151", "error", f"no {package} in {target.prefix}", fix))
         return out
     have = compat.minor_of(have_text)
     if want and have != want:
         out.append(finding(
             "SD152", "error",
             f"torch {build.label} needs Triton {want[0]}.{want[1]}; you have {package} {have_text}",
-            f'{pip} install "{spec}"',
+            fix,
         ))
     turing = [g for g in (gpu.nvidia if gpu else ()) if g.compute_capability == "7.5"]
     if os_name == "windows" and turing and have and have >= (3, 3):
         out.append(finding("SD154", "warn", f"{gpu_label(turing[0])} with {package} {have_text}",
-                           f'{pip} install "triton-windows<3.3"'))
+                           f'{pip} "triton-windows<3.3"'))
     note = "" if want else f" (no known Triton pairing for torch {torch.version})"
     out.insert(0, finding("SD150", "ok", f"{package} {have_text}{note}"))
     return out
@@ -344,6 +414,15 @@ def check_toolchain(tool: ToolchainFacts, target: TargetFacts | None, gpu: GpuFa
                 out.append(finding("SD173", severity, f"nvcc {tool.nvcc_version} (CUDA "
                                    f"{nvcc.release[0]}) vs torch {tb.label} (CUDA {tb.cuda})"
                                    f"{why}"))
+    if tool.cuda_home_rejected:
+        from_env = any("(from CUDA_HOME)" in r or "(from CUDA_PATH)" in r
+                       for r in tool.cuda_home_rejected)
+        using = f"; using {tool.cuda_home}" if tool.cuda_home else ""
+        out.append(finding("SD175", "warn" if from_env else "info",
+                           "; ".join(tool.cuda_home_rejected) + using))
+    if tool.cuda_home is None and tool.nvcc_path is not None:
+        out.append(finding("SD176", severity, f"{tool.nvcc_path} runs, but no folder holds "
+                           f"bin/nvcc and include/cuda_runtime.h{why}"))
     if tool.gcc_version is None:
         out.append(finding("SD174", severity, f"gcc not found{why}"))
     if tool.ninja_version is None:
@@ -372,6 +451,8 @@ def check_invokeai(facts: Facts) -> list[Finding]:
                        f"{config}"))
     if inv.config_error:
         out.append(finding("SD183", "warn", inv.config_error))
+    if inv.attention_type == "sliced":
+        out.append(finding("SD185", "warn", f"{inv.config_path} sets attention_type: sliced"))
     if package is not None and package.attention_backend_supported is False:
         out.append(finding("SD182", "info", f"InvokeAI {package.version}"))
         if inv.attention_backend is not None:

@@ -100,6 +100,8 @@ class TargetFacts:
     pip: str | None
     uv: str | None
     runtime: str | None = None  # the bundled sagedoctor-runtime distribution's version
+    # `python -m pip` works in the target; None in facts files written before it was probed.
+    pip_importable: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,9 @@ class ToolchainFacts:
     nvcc_version: str | None  # "13.0.88"
     gcc_version: str | None
     ninja_version: str | None
+    # CUDA_HOME candidates passed over, each "PATH (from SOURCE): why"; cuda_home is the first
+    # candidate with bin/nvcc and include/cuda_runtime.h, or None.
+    cuda_home_rejected: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

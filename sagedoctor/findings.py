@@ -161,6 +161,18 @@ _KINDS = [
     FindingKind("SD174", "toolchain", "gcc or ninja missing",
                 "A source build needs a C++ compiler; ninja makes it much faster.",
                 "Install gcc/g++ from the OS, and `pip install ninja` in the venv."),
+    FindingKind("SD175", "toolchain", "CUDA_HOME candidate passed over",
+                "A CUDA_HOME candidate (CUDA_HOME, CUDA_PATH, the folder of nvcc on PATH, "
+                "/usr/local/cuda, /usr/local/cuda-*) lacks bin/nvcc or "
+                "include/cuda_runtime.h, so it is not used for builds; the next complete one "
+                "is.",
+                "Point CUDA_HOME at a complete CUDA toolkit, or unset it."),
+    FindingKind("SD176", "toolchain", "nvcc found, but no CUDA toolkit",
+                "An nvcc was found, but no folder holds both bin/nvcc and "
+                "include/cuda_runtime.h (a wrapper such as /usr/local/bin/nvcc): a build "
+                "would fail on the missing headers.",
+                "Install the CUDA toolkit (with its headers) of torch's CUDA major and set "
+                "CUDA_HOME to it."),
     FindingKind("SD180", "invokeai", "InvokeAI", "The InvokeAI install and its settings.", ""),
     FindingKind("SD181", "invokeai", "InvokeAI not found",
                 "No InvokeAI root was found (--root, INVOKEAI_ROOT, the venv's parent, "
@@ -177,6 +189,11 @@ _KINDS = [
                 "attention_backend is set, but this InvokeAI forbids unknown keys and will "
                 "refuse to start ('Failed to load config file').",
                 "Remove the attention_backend line from invokeai.yaml."),
+    FindingKind("SD185", "invokeai", "invokeai.yaml sets attention_type: sliced",
+                "With sliced attention the SD1.5/SDXL pipeline never calls PyTorch's SDPA, so "
+                "routing it to SageAttention can do nothing there.",
+                "Set `attention_type: auto` (or `torch-sdp`) in invokeai.yaml, or remove the "
+                "line."),
     FindingKind("SD201", "sageattention", "No SageAttention wheel for this combination",
                 "No Windows wheel in the index serves this torch, CUDA major and Python. "
                 "There are none for torch < 2.5, CUDA 11 or CPU torch; post5 and post6 need "

@@ -7,13 +7,18 @@ object, so what is shown is what is done.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import PurePosixPath, PureWindowsPath
 
 from packaging.tags import cpython_tags
 from packaging.version import Version
 
 from . import __version__, compat
-from .diagnose import diagnose, gpu_label, quote, torch_build_of, usable_gpus
+from .diagnose import (
+    diagnose,
+    gpu_label,
+    linux_triton_fix,
+    torch_build_of,
+    usable_gpus,
+)
 from .facts import Facts, Gpu, TargetFacts
 from .findings import Finding, finding
 from .index import LinuxIndex, WheelIndex, WindowsWheel, spec_text, wheel_supported_by
@@ -147,16 +152,10 @@ def _nvidia(facts: Facts) -> tuple[Gpu, ...]:
     return facts.gpu.nvidia if facts.gpu else ()
 
 
-def _cuda_home(facts: Facts, os_name: str) -> str | None:
-    tool = facts.toolchain
-    if tool is None:
-        return None
-    if tool.cuda_home:
-        return tool.cuda_home
-    if tool.nvcc_path:
-        path = PureWindowsPath if os_name == "windows" else PurePosixPath
-        return str(path(tool.nvcc_path).parent.parent)
-    return None
+def _cuda_home(facts: Facts) -> str | None:
+    # Only a validated folder (bin/nvcc and include/cuda_runtime.h): nvcc's parent's parent
+    # may be /usr/local of a wrapper script, whose missing headers fail the build late.
+    return facts.toolchain.cuda_home if facts.toolchain else None
 
 
 # --- the steps every OS shares -------------------------------------------------------------
@@ -203,6 +202,9 @@ def _final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
         else:
             notes.append(f"InvokeAI {package.version} has no attention_backend setting: "
                          "`sagedoctor enable` turns the runtime on through a start-up hook")
+    if inv is not None and inv.attention_type == "sliced":
+        notes.append(f"{inv.config_path} sets attention_type: sliced; SD1.5/SDXL then never "
+                     "call SDPA, so the runtime cannot speed them up (set it to auto)")
     if changed or steps:
         steps.append(Step("verify", "Verify in the target venv",
                           "check every kernel against SDPA on each GPU and time it"))
@@ -386,6 +388,10 @@ def _toolchain_blockers(facts: Facts, index: WheelIndex, archs: list[str],
         return [finding("SD204", "error", "no nvcc found (CUDA_HOME, CUDA_PATH, PATH, "
                         "/usr/local/cuda)")]
     out = []
+    if tool.cuda_home is None:
+        out.append(finding("SD204", "error", f"no CUDA toolkit folder with bin/nvcc and "
+                           f"include/cuda_runtime.h (nvcc at {tool.nvcc_path})",
+                           "Install the CUDA toolkit with its headers and set CUDA_HOME to it."))
     nvcc = compat.parse_version(tool.nvcc_version)
     need = max((Version(index.min_nvcc_for(cc)) for cc in archs), default=Version("12.0"))
     if nvcc is None or nvcc < need:
@@ -433,8 +439,7 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
         return steps, notes, [finding(
             "SD152" if target.triton else "SD151", "error",
             f"torch {build.label} pins Triton {want}; the venv has {have}",
-            f"{quote(target.executable, 'linux')} -m pip install --force-reinstall "
-            f"torch=={_public(target.torch.version)} (torch brings its own triton)")]
+            linux_triton_fix(target, want))]
     if _linux_sage_is_correct(target, gpus) and options.source_dir is None:
         return steps, notes, []
 
@@ -451,7 +456,7 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
     jobs, ext, threads, parallel_why = build_parallelism(
         system.cpu_count, system.memory_gib, len(archs), index.build.gib_per_nvcc_thread,
         index.build.reserve_gib)
-    cuda_home = _cuda_home(facts, "linux") or "/usr/local/cuda"
+    cuda_home = _cuda_home(facts) or ""  # empty only where a blocker stops the build
     source = options.source_dir or index.build.archive
     settings = BuildSettings(
         source=source, commit=None if options.source_dir else index.build.commit,

@@ -123,14 +123,20 @@ def test_unknown_steps_are_refused_before_any_change(venv: tuple[Path, Path],
     assert installed_distributions(python) == before
 
 
-def test_invokeai_setting_is_spelled_out_not_silently_skipped(venv: tuple[Path, Path],
-                                                              tmp_path: Path) -> None:
+def test_invokeai_step_edits_the_file_and_says_how_it_was_checked(venv: tuple[Path, Path],
+                                                                  tmp_path: Path) -> None:
     python, _site = venv
-    enable = Step("enable-invokeai", "Enable", "why", paths=("/x/invokeai.yaml",),
+    config = tmp_path / "root" / "invokeai.yaml"
+    config.parent.mkdir()
+    config.write_text("# mine\nschema_version: 4.0.3\n", encoding="utf-8")
+    enable = Step("enable-invokeai", "Enable", "why", paths=(str(config),),
                   config=(("attention_backend", "sage"),))
     messages: list[str] = []
     run_plan(python, tmp_path, enable, messages=messages)
-    assert any("set `attention_backend: sage` in /x/invokeai.yaml by hand" in m
+    assert config.read_text(encoding="utf-8") == (
+        "# mine\nschema_version: 4.0.3\nattention_backend: sage\n")
+    # this venv has no InvokeAI, so its loader cannot prove it: the message says so
+    assert any(f"set attention_backend: sage in {config} (checked by a strict YAML parse" in m
                for m in messages)
 
 

@@ -59,6 +59,8 @@ def test_toolchain_from_cuda_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n",
                     encoding="utf-8")
     nvcc.chmod(0o755)
+    (home / "include").mkdir()
+    (home / "include" / "cuda_runtime.h").write_text("", encoding="utf-8")  # a full toolkit
     monkeypatch.setenv("CUDA_HOME", str(home))
     facts = probe_toolchain("linux")
     assert (facts.cuda_home, facts.nvcc_version) == (str(home), "12.8.93")

@@ -50,6 +50,11 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "linux-target-probe-failed": ({"SD190"}, 1),
     "linux-h100-plus-v100": ({"SD112", "SD144"}, 1),
     "windows-rtx5090-torch213-ready": (set(), 0),
+    "linux-uv-venv-triton-mismatch": ({"SD152"}, 1),
+    "linux-stale-pip-cpu-torch": ({"SD142"}, 1),
+    "linux-wrapper-nvcc-no-toolkit": ({"SD161", "SD175", "SD176"}, 1),
+    "linux-cuda-home-points-nowhere": ({"SD175"}, 0),
+    "windows-invokeai-sliced": ({"SD182", "SD185"}, 0),
 }
 
 # Codes a profile must NOT show, where the absence is the point.
@@ -91,7 +96,9 @@ def test_profiles_cover_every_problem_code() -> None:
 def test_windows_fix_lines_quote_paths_with_spaces() -> None:
     facts = load_facts_file(PROFILES / "windows-triton-missing.json")
     fix = next(f.fix for f in diagnose(facts) if f.code == "SD151")
-    assert fix.startswith("C:\\Users\\Ana\\invokeai\\.venv\\Scripts\\python.exe -m pip install")
+    # a launcher venv has no pip: the fix goes through uv (tests/test_fixes.py has the table)
+    assert fix.startswith("uv pip install --python "
+                          "C:\\Users\\Ana\\invokeai\\.venv\\Scripts\\python.exe ")
     assert '"triton-windows>=3.6,<3.7"' in fix
 
 

@@ -24,6 +24,8 @@ from packaging import tags as packaging_tags
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from ..install_record import record_install
+from ..invokeai_config import ConfigEdit, enable_invokeai, undo_edit
 from ..proc import ToolMissing, ToolTimeout, run_tool
 from ..resolve import BuildSettings, Plan, Step
 from .bundle import build_runtime_wheel
@@ -353,6 +355,7 @@ class Executor:
                            backup_dir=str(self.journal.backup))
         dists_before: dict[str, str] = before["all"]
         self.done = []
+        self.edits: list[ConfigEdit] = []
         try:
             self._apply(prepared, moves)
             self._smoke()
@@ -368,11 +371,16 @@ class Executor:
         except BaseException as exc:
             self._roll_back_and_raise(exc)
         self.journal.write(phase="committed")
+        # What sagedoctor installed and replaced, for `sagedoctor uninstall`.
+        record_install(self.plan.prefix, dists_before, now["all"],
+                       self.plan.changed_distributions)
         self.say("committed: " + "; ".join(self.done))
 
     def _roll_back_and_raise(self, exc: BaseException) -> None:
         assert self.journal is not None
         self.say(f"rolling back: {exc}")
+        for edit in reversed(getattr(self, "edits", [])):
+            self.say(undo_edit(edit))
         try:
             state = roll_back(self.journal.data, self.say)
         except RollbackIncomplete as failed:
@@ -419,12 +427,9 @@ class Executor:
         elif step.action in PACKAGE_ACTIONS:
             assert wheel is not None
             self.installer.install([str(wheel)], reinstall=True)
-        elif step.action == "enable-invokeai":
-            # Editing invokeai.yaml (keeping its comments) is not done yet: say exactly what to
-            # change rather than stopping the install.
-            settings = ", ".join(f"{k}: {v}" for k, v in step.config)
-            where = step.paths[0] if step.paths else "invokeai.yaml"
-            self.say(f"not changed by sagedoctor yet: set `{settings}` in {where} by hand")
+        elif step.action == "enable-invokeai":  # undone on rollback, from its backup
+            self.edits.append(enable_invokeai(step.config, next(iter(step.paths), None),
+                                              self.python, self.say))
 
     def _smoke(self) -> None:
         if self._sage_step() is None:

@@ -154,6 +154,15 @@ def invokeai_facts() -> dict[str, Any] | None:
             "attention_backend_choices": choices}
 
 
+def pip_importable() -> bool:
+    """Whether `python -m pip` would start: found on the path, not imported (uv and launcher
+    venvs have none, and a stale pip dist-info can outlive its package)."""
+    try:
+        return importlib.util.find_spec("pip") is not None
+    except Exception:
+        return False
+
+
 def wheel_tags(fallback_dir: str) -> list[str]:
     tags_module: ModuleType | None = None
     try:
@@ -210,6 +219,7 @@ def main() -> None:
         "sageattention": sage_facts(site_dirs),
         "invokeai": invokeai_facts(),
         "pip": dist_version("pip"),
+        "pip_importable": pip_importable(),
         "uv": dist_version("uv"),
         "runtime": dist_version("sagedoctor-runtime"),
     }

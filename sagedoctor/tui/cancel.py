@@ -9,9 +9,12 @@ from ..install.runner import InstallError
 class InstallCancelled(InstallError):
     code = "SD970"
 
-    def __init__(self, during: str) -> None:
-        super().__init__(f"cancelled by the user during: {during}",
-                         "nothing more was started after the cancel")
+    def __init__(self, during: str, fix: str = "nothing more was started after the cancel"
+                 ) -> None:
+        # The executor re-raises step errors as type(exc)(message, fix): keep that form.
+        message = during if during.startswith(("cancelled by the user", "step ")) \
+            else f"cancelled by the user during: {during}"
+        super().__init__(message, fix)
 
 
 def cancelled_in(exc: BaseException) -> bool:

@@ -42,9 +42,10 @@ LINUX_H200: dict[str, Any] = {
                           "site-packages/sageattention",
                           "compiled_modules": ["_fused", "_qattn_sm80", "_qattn_sm89",
                                                "_qattn_sm90"], "leftovers": []},
-        "invokeai": None, "pip": "24.0", "uv": None, "runtime": None},
+        "invokeai": None, "pip": "24.0", "uv": None, "runtime": None, "pip_importable": True},
     "toolchain": {"cuda_home": "/usr/local/cuda", "nvcc_path": "/usr/local/cuda/bin/nvcc",
-                  "nvcc_version": "13.0.88", "gcc_version": "13.3.0", "ninja_version": "1.11.1"},
+                  "nvcc_version": "13.0.88", "gcc_version": "13.3.0", "ninja_version": "1.11.1",
+                  "cuda_home_rejected": []},
     "invokeai": {"root": None, "root_source": "none", "installed": False, "venv": None,
                  "config_path": None, "config_exists": False, "schema_version": None,
                  "attention_type": None, "attention_backend": None, "config_error": None},
@@ -81,9 +82,10 @@ WIN_4090: dict[str, Any] = {
                                                "_qattn_sm90"], "leftovers": []},
         "invokeai": {"version": "6.14.2", "attention_backend_supported": False,
                      "attention_backend_choices": []},
-        "pip": None, "uv": None, "runtime": None},
+        # the launcher makes its venv with `uv venv`: no pip in it
+        "pip": None, "uv": None, "runtime": None, "pip_importable": False},
     "toolchain": {"cuda_home": None, "nvcc_path": None, "nvcc_version": None,
-                  "gcc_version": None, "ninja_version": None},
+                  "gcc_version": None, "ninja_version": None, "cuda_home_rejected": []},
     "invokeai": {"root": "C:\\Users\\Ana\\invokeai", "root_source": "INVOKEAI_ROOT",
                  "installed": True, "venv": "C:\\Users\\Ana\\invokeai\\.venv",
                  "config_path": "C:\\Users\\Ana\\invokeai\\invokeai.yaml", "config_exists": True,
@@ -212,6 +214,22 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "linux-h100-plus-v100": (LINUX_H200, {"gpu": {"gpus": [
         gpu(0, "NVIDIA H100 80GB HBM3", "9.0", 81559), gpu(1, "Tesla V100-PCIE-16GB", "7.0",
                                                            16384)]}}),
+    # uv venvs have no pip: fixes go through `uv pip --python`
+    "linux-uv-venv-triton-mismatch": (LINUX_H200, {"target": {
+        "pip": None, "pip_importable": False, "triton": "3.5.1"}}),
+    # a pip dist-info left behind without its package: pip cannot start
+    "linux-stale-pip-cpu-torch": (LINUX_H200, {"target": {
+        "pip_importable": False, "torch": {"version": "2.11.0+cpu", "full_version": "2.11.0+cpu",
+                                           "cuda": None}}}),
+    # /usr/local/bin/nvcc is a wrapper script: /usr/local has no include/cuda_runtime.h
+    "linux-wrapper-nvcc-no-toolkit": (LINUX_H200, {
+        "target": {"sageattention": None},
+        "toolchain": {"cuda_home": None, "nvcc_path": "/usr/local/bin/nvcc",
+                      "cuda_home_rejected": [
+                          "/usr/local (from nvcc on PATH): no include/cuda_runtime.h"]}}),
+    "linux-cuda-home-points-nowhere": (LINUX_H200, {"toolchain": {"cuda_home_rejected": [
+        "/opt/cuda-12.4 (from CUDA_HOME): no bin/nvcc, no include/cuda_runtime.h"]}}),
+    "windows-invokeai-sliced": (WIN_4090, {"invokeai": {"attention_type": "sliced"}}),
     "windows-rtx5090-torch213-ready": (WIN_4090, {
         "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 5090", "12.0", 32607)],
                 "driver_version": "581.57"},

@@ -1,0 +1,97 @@
+"""`sagedoctor uninstall`: take out what sagedoctor put into a venv, and put back what it
+replaced (a triton-windows), as recorded in <venv>/sagedoctor/installed.json."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from ..facts import TargetFacts
+from ..install_record import InstallRecord, read_record
+from ..resolve import RUNTIME_DIST
+from .enable import hook_path
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # "unlink" | "uninstall" | "install" | "rmtree"
+    target: str  # a path, a distribution name or a requirement
+    text: str
+
+
+def plan_uninstall(target: TargetFacts, record: InstallRecord | None, hook_exists: bool,
+                   folder_exists: bool, everything: bool) -> tuple[list[Action], list[str]]:
+    """What uninstall does, in order, and what it leaves (with why). Pure."""
+    actions: list[Action] = []
+    notes: list[str] = []
+    hook = str(hook_path(target))
+    if hook_exists:
+        actions.append(Action("unlink", hook, f"remove the start-up hook {hook}"))
+    if target.runtime is not None:
+        actions.append(Action("uninstall", RUNTIME_DIST,
+                              f"uninstall {RUNTIME_DIST} {target.runtime}"))
+    old_triton = record.replaced.get("triton-windows") if record else None
+    if old_triton and target.triton_windows != old_triton:
+        actions.append(Action("install", f"triton-windows=={old_triton}",
+                              f"put back triton-windows {old_triton} (sagedoctor replaced it "
+                              f"with {target.triton_windows or 'nothing'})"))
+    sage = target.sageattention
+    if sage is not None:
+        ours = record is not None and "sageattention" in record.installed
+        if everything:
+            actions.append(Action("uninstall", "sageattention",
+                                  f"uninstall sageattention {sage.version}"
+                                  + ("" if ours else " (not installed by sagedoctor)")))
+        else:
+            notes.append(f"sageattention {sage.version} stays (pass --all to remove it too)")
+    if old_triton and sage is not None and not everything:
+        notes.append(f"triton-windows {old_triton} may not be the one sageattention was "
+                     "verified with: run `sagedoctor check`")
+    folder = str(Path(target.prefix) / "sagedoctor")
+    if folder_exists:
+        actions.append(Action("rmtree", folder, f"remove {folder} (records, verification)"))
+    return actions, notes
+
+
+def run_uninstall(target: TargetFacts, *, yes: bool, dry_run: bool, everything: bool,
+                  out: TextIO | None = None, answers: TextIO | None = None) -> int:
+    stream = out or sys.stdout
+    prefix = Path(target.prefix)
+    actions, notes = plan_uninstall(target, read_record(prefix), hook_path(target).exists(),
+                                    (prefix / "sagedoctor").is_dir(), everything)
+    if not actions:
+        stream.write(f"Nothing to do: sagedoctor left nothing in {prefix}\n")
+        for note in notes:
+            stream.write(f"  note: {note}\n")
+        return 0
+    stream.write(f"{'Would' if dry_run else 'Will'} change {prefix}:\n")
+    for number, action in enumerate(actions, 1):
+        stream.write(f"  {number}. {action.text}\n")
+    for note in notes:
+        stream.write(f"  note: {note}\n")
+    if dry_run:
+        return 0
+    if not yes:
+        stream.write("Proceed? [y/N] ")
+        stream.flush()
+        reply = (answers or sys.stdin).readline().strip().lower()
+        if reply not in ("y", "yes"):
+            stream.write("Nothing was changed.\n")
+            return 1
+    from ..install.runner import Installer
+
+    installer = Installer.for_target(Path(target.executable))
+    for action in actions:
+        if action.kind == "unlink":
+            Path(action.target).unlink(missing_ok=True)
+        elif action.kind == "uninstall":
+            installer.uninstall([action.target])
+        elif action.kind == "install":
+            installer.install([action.target], reinstall=True)
+        elif action.kind == "rmtree":
+            shutil.rmtree(action.target)
+        stream.write(f"done: {action.text}\n")
+    return 0

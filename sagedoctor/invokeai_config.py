@@ -1,0 +1,293 @@
+"""The install's InvokeAI step: set keys in invokeai.yaml safely, and undo it.
+
+Only keys the installed InvokeAI declares are written (its settings class forbids unknown
+keys: 6.14.2 has no `attention_backend` and would refuse to start). The edit keeps comments
+(ruamel.yaml), the BOM and line endings; it is written atomically beside a timestamped backup,
+never while that InvokeAI runs (it rewrites the file from its settings page), and the edited
+copy is first loaded by InvokeAI's own loader in the target interpreter.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import SagedoctorError
+from .proc import ToolMissing, ToolTimeout, run_tool
+
+MAX_CONFIG_BYTES = 1_000_000
+BOM = b"\xef\xbb\xbf"
+LOADER_TIMEOUT_S = 120.0
+
+
+class InvokeAIRunning(SagedoctorError):
+    code = "SD941"
+
+
+class InvokeAIConfigError(SagedoctorError):
+    code = "SD942"
+
+
+class InvokeAIConfigRejected(SagedoctorError):
+    code = "SD943"
+
+
+@dataclass(frozen=True)
+class ConfigEdit:
+    """What the step changed; `undo_edit` puts it back. JSON-able for a journal."""
+
+    path: str
+    backup: str | None  # None: the file did not exist before
+    settings: tuple[tuple[str, str], ...]
+    validated_by: str
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> ConfigEdit:
+        settings = data.get("settings")
+        backup = data.get("backup")
+        if (not isinstance(data.get("path"), str) or not isinstance(settings, list | tuple)
+                or not (backup is None or isinstance(backup, str))):
+            raise InvokeAIConfigError("the InvokeAI edit record is damaged", "")
+        pairs = tuple((str(k), str(v)) for k, v in settings)
+        return cls(str(data["path"]), backup, pairs, str(data.get("validated_by", "")))
+
+
+# --- is InvokeAI running? -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    argv: tuple[str, ...]
+    exe: str | None
+
+
+def _inside(path: str, folder: Path) -> bool:
+    # As written and with links resolved: a venv's bin/python links out of the venv.
+    try:
+        plain = Path(os.path.abspath(path)).is_relative_to(os.path.abspath(folder))
+        return plain or Path(path).resolve().is_relative_to(folder.resolve())
+    except (OSError, ValueError):
+        return False
+
+
+def invokeai_processes(processes: Iterable[ProcessInfo], venv: Path,
+                       root: Path) -> list[ProcessInfo]:
+    """Processes running the InvokeAI of this venv or root. Pure over the records given.
+
+    `invokeai-web` from the venv (as the launcher starts it, or run by the venv's python),
+    or any InvokeAI started with `--root` this root."""
+    out = []
+    for proc in processes:
+        names = [Path(a).name.lower() for a in proc.argv]
+        runs_invokeai = any(n.startswith("invokeai") for n in names) or any(
+            "invokeai" in a for a in proc.argv if a.startswith("invokeai."))
+        if not runs_invokeai:
+            continue
+        from_venv = (proc.exe is not None and _inside(proc.exe, venv)) or any(
+            _inside(a, venv) for a in proc.argv if Path(a).name.lower().startswith(
+                ("invokeai", "python")))
+        argv = list(proc.argv)
+        with_root = any(a == "--root" and i + 1 < len(argv) and _inside(argv[i + 1], root)
+                        and _inside(str(root), Path(argv[i + 1]))
+                        for i, a in enumerate(argv))
+        if from_venv or with_root:
+            out.append(proc)
+    return out
+
+
+def running_processes() -> list[ProcessInfo]:
+    """Every process psutil may read; others (another user's) are skipped."""
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["pid", "cmdline", "exe"]):
+        info = proc.info
+        argv = info.get("cmdline") or []
+        out.append(ProcessInfo(int(info["pid"]), tuple(str(a) for a in argv),
+                               info.get("exe") or None))
+    return out
+
+
+# --- editing --------------------------------------------------------------------------------
+
+def _read(path: Path) -> tuple[bool, str, str]:
+    """(has BOM, text with \\n endings, the original line ending)."""
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise InvokeAIConfigError(f"{path} is larger than 1 MB", "check the file by hand")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InvokeAIConfigError(f"cannot read {path}: {exc.strerror or exc}",
+                                  "check its permissions") from exc
+    bom = raw.startswith(BOM)
+    try:
+        text = raw[len(BOM) if bom else 0:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvokeAIConfigError(f"{path} is not UTF-8 ({exc.reason} at byte {exc.start})",
+                                  "save it as UTF-8; nothing was changed") from exc
+    newline = "\r\n" if "\r\n" in text else "\n"
+    return bom, text.replace("\r\n", "\n"), newline
+
+
+def edited_text(text: str, settings: Mapping[str, str], path: Path) -> str:
+    """The file with each key set, comments and order kept. Pure."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    try:
+        data = yaml.load(text) if text.strip() else None
+    except YAMLError as exc:
+        raise InvokeAIConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}",
+                                  "fix the file (or move it away) and run again") from exc
+    if data is None:
+        from ruamel.yaml.comments import CommentedMap
+
+        data = CommentedMap()
+    if not hasattr(data, "items") or not hasattr(data, "__setitem__"):
+        raise InvokeAIConfigError(f"{path} must hold a mapping at the top level",
+                                  "fix the file and run again")
+    for key, value in settings.items():
+        data[key] = value
+    out = io.StringIO()
+    yaml.dump(data, out)
+    return out.getvalue()
+
+
+_LOADER_SCRIPT = r"""
+import json, sys
+from pathlib import Path
+try:
+    from invokeai.app.services.config.config_default import load_and_migrate_config
+except Exception as exc:
+    print(json.dumps({"loader": False, "error": "%s: %s" % (type(exc).__name__, exc)}))
+    sys.exit(0)
+try:
+    load_and_migrate_config(Path(sys.argv[1]))
+except BaseException as exc:
+    print(json.dumps({"loader": True, "ok": False,
+                      "error": ("%s: %s" % (type(exc).__name__, exc))[:2000]}))
+    sys.exit(0)
+print(json.dumps({"loader": True, "ok": True}))
+"""
+
+
+def prove_loads(python: Path, text: str, settings: Mapping[str, str], path: Path) -> str:
+    """Load a copy with InvokeAI's own loader in the target (it may migrate: only the copy).
+
+    Where that loader cannot be imported (a stand-in, a broken install), a strict YAML parse
+    of the copy is the proof, and the returned text says so."""
+    with tempfile.TemporaryDirectory(prefix="sagedoctor-invokeai-") as tmp:
+        copy = Path(tmp) / "invokeai.yaml"
+        copy.write_text(text, encoding="utf-8")
+        try:
+            done = run_tool([str(python), "-I", "-c", _LOADER_SCRIPT, str(copy)],
+                            timeout=LOADER_TIMEOUT_S)
+            answer = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout else {}
+        except (ToolMissing, ToolTimeout, ValueError, IndexError) as exc:
+            answer = {"loader": False, "error": str(exc)}
+    if not isinstance(answer, dict):
+        answer = {"loader": False, "error": "unexpected answer"}
+    if answer.get("loader") is True:
+        if answer.get("ok") is True:
+            return "InvokeAI's own loader"
+        raise InvokeAIConfigRejected(
+            f"InvokeAI's loader rejects the edited {path}: {answer.get('error')}",
+            "nothing was changed; this InvokeAI may not support the setting")
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvokeAIConfigRejected(f"the edited {path} does not parse: {exc}", "") from exc
+    if not isinstance(data, dict) or any(data.get(k) != v for k, v in settings.items()):
+        raise InvokeAIConfigRejected(f"the edited {path} does not hold the settings", "")
+    return (f"a strict YAML parse (InvokeAI's loader could not be imported: "
+            f"{str(answer.get('error', ''))[:200]})")
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def backup_path(path: Path, now: datetime) -> Path:
+    stamp = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    return path.with_name(f"{path.name}.sagedoctor-{stamp}.bak")
+
+
+def refuse_if_running(path: Path, venv: Path,
+                      processes: Callable[[], Iterable[ProcessInfo]] = running_processes) -> None:
+    """Raise while the InvokeAI of this venv or of path's root runs. The transaction can call
+    it before the venv is touched, so a running InvokeAI stops the install up front."""
+    busy = invokeai_processes(processes(), venv, path.parent)
+    if busy:
+        pids = ", ".join(str(p.pid) for p in busy)
+        raise InvokeAIRunning(f"InvokeAI is running from {venv} (pid {pids}); it rewrites "
+                              f"{path.name} itself", "stop InvokeAI, then run again; nothing "
+                              "was changed")
+
+
+def apply_settings(path: Path, settings: Mapping[str, str], python: Path, venv: Path,
+                   processes: Callable[[], Iterable[ProcessInfo]] = running_processes,
+                   now: datetime | None = None) -> ConfigEdit:
+    """Set the keys in invokeai.yaml (created if missing) and return how to undo it."""
+    refuse_if_running(path, venv, processes)
+    exists = path.is_file()
+    bom, text, newline = _read(path) if exists else (False, "", "\n")
+    new_text = edited_text(text, settings, path)
+    validated_by = prove_loads(python, new_text, settings, path)
+    backup = None
+    if exists:
+        backup = backup_path(path, now or datetime.now(timezone.utc))
+        shutil.copy2(path, backup)
+    data = (BOM if bom else b"") + new_text.replace("\n", newline).encode("utf-8")
+    _atomic_write(path, data)
+    return ConfigEdit(str(path), str(backup) if backup else None, tuple(settings.items()),
+                      validated_by)
+
+
+def undo_edit(edit: ConfigEdit) -> str:
+    """Put invokeai.yaml back as it was before the edit; says what it restored."""
+    path = Path(edit.path)
+    if edit.backup is None:
+        path.unlink(missing_ok=True)
+        return f"removed {path} (sagedoctor had created it)"
+    backup = Path(edit.backup)
+    if not backup.is_file():
+        raise InvokeAIConfigError(f"the backup {backup} is gone", f"check {path} by hand")
+    _atomic_write(path, backup.read_bytes())
+    return f"restored {path} from {backup}"
+
+
+def enable_invokeai(settings: Iterable[tuple[str, str]], config_path: str | None,
+                    python: Path, progress: Callable[[str], None]) -> ConfigEdit:
+    """The install's enable-invokeai step (the plan holds it only where the installed InvokeAI
+    declares the key)."""
+    if config_path is None:
+        raise InvokeAIConfigError("the plan names no invokeai.yaml", "pass --root DIR")
+    venv = python.parent.parent  # bin/python and Scripts\python.exe alike
+    edit = apply_settings(Path(config_path), dict(settings), python, venv)
+    what = ", ".join(f"{k}: {v}" for k, v in edit.settings)
+    progress(f"set {what} in {edit.path} (checked by {edit.validated_by}; backup "
+             f"{edit.backup or 'none: the file is new'})")
+    return edit

@@ -1,0 +1,138 @@
+"""`sagedoctor uninstall`: the real CLI on a real venv with stand-in dist-infos; the
+triton-windows it puts back is a local wheel that real uv installs (no network)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sagedoctor.install_record import InstallRecord, merged_record, read_record, record_install
+from tests.standins import add_dist, add_sageattention, clean_env, make_venv, venv_python
+
+
+def test_record_keeps_the_users_version_across_installs(tmp_path: Path) -> None:
+    first = merged_record(None, {"triton-windows": "3.5.1.post24", "torch": "2.9.1"},
+                          {"triton-windows": "3.6.0.post25", "sageattention": "2.2.0",
+                           "torch": "2.9.1"},
+                          frozenset({"triton-windows", "sageattention"}))
+    assert first == InstallRecord({"sageattention": "2.2.0", "triton-windows": "3.6.0.post25"},
+                                  {"triton-windows": "3.5.1.post24"})
+    # a second install replaces sagedoctor's own triton: still the user's 3.5.1 to put back
+    second = merged_record(first, {"triton-windows": "3.6.0.post25"},
+                           {"triton-windows": "3.6.0.post26"}, frozenset({"triton-windows"}))
+    assert second.replaced == {"triton-windows": "3.5.1.post24"}
+    assert second.installed["triton-windows"] == "3.6.0.post26"
+    # plain triton removed on Windows: recorded as replaced, no longer installed
+    third = merged_record(None, {"triton": "3.6.0"}, {}, frozenset({"Triton"}))
+    assert third == InstallRecord({}, {"triton": "3.6.0"})
+
+
+def test_record_file_round_trips_and_hostile_ones_are_ignored(tmp_path: Path) -> None:
+    record_install(tmp_path, {}, {"sageattention": "2.2.0"}, frozenset({"sageattention"}))
+    assert read_record(tmp_path) == InstallRecord({"sageattention": "2.2.0"}, {})
+    (tmp_path / "sagedoctor" / "installed.json").write_text(
+        json.dumps({"schema": 1, "installed": {"x": 1}, "replaced": {}}), encoding="utf-8")
+    assert read_record(tmp_path) is None
+
+
+def local_wheel(folder: Path, name: str, version: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    dist = f"{name.replace('-', '_')}-{version}.dist-info"
+    path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    files = {"triton/__init__.py": "",
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+    files[f"{dist}/RECORD"] = "".join(f"{k},,\n" for k in [*files, f"{dist}/RECORD"])
+    with zipfile.ZipFile(path, "w") as wheel:
+        for rel, text in files.items():
+            wheel.writestr(rel, text)
+    return path
+
+
+def complete_record(site: Path) -> None:
+    """List each dist-info's own files in its RECORD, as installers do (tests.standins leaves
+    them out), so a real uninstall removes the dist-info too."""
+    for dist in site.glob("*.dist-info"):
+        record = dist / "RECORD"
+        own = "".join(f"{dist.name}/{f.name},,\n" for f in sorted(dist.iterdir()))
+        record.write_text(record.read_text(encoding="utf-8") + own, encoding="utf-8")
+
+
+@pytest.fixture
+def installed_venv(tmp_path: Path) -> Path:
+    venv = tmp_path / "app vénv"
+    site = make_venv(venv)
+    add_dist(site, "sagedoctor-runtime", "0.1.0", {"sagedoctor_runtime/__init__.py": ""})
+    add_dist(site, "triton-windows", "3.6.0.post25", {"triton/__init__.py": ""})
+    add_sageattention(site, "2.2.0", ("_fused",))
+    complete_record(site)
+    (site / "sagedoctor-runtime.pth").write_text("import sagedoctor_runtime.hook\n",
+                                                 encoding="utf-8")
+    (venv / "sagedoctor").mkdir()
+    (venv / "sagedoctor" / "verified.json").write_text("{}", encoding="utf-8")
+    record_install(venv, {"triton-windows": "3.5.1.post24"},
+                   {"triton-windows": "3.6.0.post25", "sageattention": "2.2.0",
+                    "sagedoctor-runtime": "0.1.0"},
+                   frozenset({"triton-windows", "sageattention", "sagedoctor-runtime"}))
+    return venv
+
+
+def dists(venv: Path) -> dict[str, str]:
+    code = ("import json, importlib.metadata as m; print(json.dumps("
+            "{d.metadata['Name']: d.version for d in m.distributions()}))")
+    done = subprocess.run([str(venv_python(venv)), "-I", "-c", code], capture_output=True,
+                          text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def uninstall(args: list[str], env: dict[str, str], answer: str = ""
+              ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sagedoctor", "uninstall", *args], env=env,
+                          input=answer, capture_output=True, text=True, timeout=120)
+
+
+def test_uninstall_dry_run_no_then_yes(tmp_path: Path, installed_venv: Path) -> None:
+    env = clean_env(tmp_path)
+    env.update({"UV_FIND_LINKS": str(local_wheel(tmp_path / "wheels", "triton-windows",
+                                                 "3.5.1.post24").parent),
+                "UV_NO_INDEX": "1", "UV_CACHE_DIR": str(tmp_path / "uv-cache")})
+    site = next(installed_venv.glob("lib/python3*/site-packages"))
+    before = dists(installed_venv)
+
+    dry = uninstall(["--venv", str(installed_venv), "--dry-run"], env)
+    assert dry.returncode == 0, dry.stderr
+    assert "Would change" in dry.stdout
+    assert "put back triton-windows 3.5.1.post24 (sagedoctor replaced it with 3.6.0.post25)" \
+        in dry.stdout
+    assert "sageattention 2.2.0 stays (pass --all to remove it too)" in dry.stdout
+    declined = uninstall(["--venv", str(installed_venv)], env, answer="n\n")
+    assert declined.returncode == 1 and "Nothing was changed." in declined.stdout
+    assert dists(installed_venv) == before
+    assert (site / "sagedoctor-runtime.pth").exists()
+
+    done = uninstall(["--venv", str(installed_venv)], env, answer="y\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = dists(installed_venv)
+    assert "sagedoctor-runtime" not in after
+    assert after["triton-windows"] == "3.5.1.post24"
+    assert after["sageattention"] == "2.2.0"
+    assert not (site / "sagedoctor-runtime.pth").exists()
+    assert not (installed_venv / "sagedoctor").exists()
+    again = uninstall(["--venv", str(installed_venv), "--yes"], env)
+    assert again.returncode == 0 and "Nothing to do" in again.stdout
+
+
+def test_uninstall_all_removes_sageattention(tmp_path: Path, installed_venv: Path) -> None:
+    (installed_venv / "sagedoctor" / "installed.json").unlink()  # no record: nothing to restore
+    done = uninstall(["--venv", str(installed_venv), "--all", "--yes"], clean_env(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = dists(installed_venv)
+    assert "sageattention" not in after and "sagedoctor-runtime" not in after
+    assert after["triton-windows"] == "3.6.0.post25"  # nothing recorded as replaced
+    assert "uninstall sageattention 2.2.0 (not installed by sagedoctor)" in done.stdout
