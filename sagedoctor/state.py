@@ -1,12 +1,35 @@
-"""Per target venv: the fingerprint that was verified and the verdict, under the user's state
-folder. The post-update check compares the live venv with it."""
+"""The one store of what `sagedoctor verify` proved for a venv: a `VerifyRecord`, written
+atomically twice, under the user's state folder (keyed by the venv's resolved prefix) and as
+`<venv>/sagedoctor/verified.json`, which the start-up hook reads with the standard library.
+A non-routing verdict is stored too (the doctor remembers a wrong kernel); the hook arms only
+on 'routing'. A corrupt file reads as unverified, never as a crash."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+VERDICTS = ("routing", "sdpa-only", "broken")
+Status = Literal["verified", "unverified", "corrupt"]
+
+
+@dataclass(frozen=True)
+class VerifyRecord:
+    verdict: str
+    verified_at: str
+    fingerprint: dict[str, Any]
+    results: dict[str, Any] = field(default_factory=dict)  # the verify's own, opaque here
+    post_update: tuple[str, ...] = ()  # the command the hook may start (auto-repair)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "verdict": self.verdict,
+                "verified_at": self.verified_at, "fingerprint": self.fingerprint,
+                "results": self.results, "post_update": list(self.post_update)}
 
 
 def state_dir() -> Path:
@@ -16,18 +39,89 @@ def state_dir() -> Path:
 
 
 def state_path(prefix: Path) -> Path:
-    key = hashlib.sha256(str(prefix).encode("utf-8")).hexdigest()[:16]
+    key = hashlib.sha256(str(Path(prefix).resolve()).encode("utf-8")).hexdigest()[:16]
     return state_dir() / "venvs" / f"{key}.json"
 
 
-def record_verification(prefix: Path, python: Path, verdict: str, fingerprint: dict[str, Any],
-                        calibration: dict[str, Any], when: str) -> Path:
+def venv_record_path(prefix: Path) -> Path:
+    return Path(prefix) / "sagedoctor" / "verified.json"
+
+
+def parse_record(data: object) -> VerifyRecord | None:
+    """A record from hostile JSON, or None where any field is off."""
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        return None
+    verdict, when = data.get("verdict"), data.get("verified_at")
+    fingerprint, results = data.get("fingerprint"), data.get("results", {})
+    command = data.get("post_update", [])
+    if verdict not in VERDICTS or not isinstance(when, str) or not isinstance(
+            fingerprint, dict) or not isinstance(results, dict) or not isinstance(
+            command, list) or not all(isinstance(a, str) for a in command):
+        return None
+    return VerifyRecord(verdict, when, fingerprint, results, tuple(command))
+
+
+def load_status(prefix: Path) -> tuple[Status, VerifyRecord | None]:
+    """'unverified' (no record), 'corrupt' (a record that does not parse) or 'verified'."""
     path = state_path(prefix)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return "unverified", None
+    except (OSError, UnicodeDecodeError):
+        return "corrupt", None
+    try:
+        record = parse_record(json.loads(text))
+    except ValueError:
+        record = None
+    return ("verified", record) if record is not None else ("corrupt", None)
+
+
+def load_record(prefix: Path) -> VerifyRecord | None:
+    return load_status(prefix)[1]
+
+
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"schema_version": 1, "prefix": str(prefix), "python": str(python),
-            "verdict": verdict, "verified_at": when, "fingerprint": fingerprint,
-            "calibration": calibration}
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+def save_record(prefix: Path, record: VerifyRecord) -> Path:
+    """The user-state copy always (its path is returned); the venv's (the hook's arming
+    record) only for 'routing', so an old passing verdict cannot switch a broken build on.
+    The venv's copy keeps extra keys the verify wrote there (kernels)."""
+    data = record.to_json()
+    path = state_path(prefix)
+    _write_atomic(path, {**data, "prefix": str(Path(prefix).resolve())})
+    if record.verdict != "routing":
+        forget_routing(prefix)
+        return path
+    venv_path = venv_record_path(prefix)
+    try:
+        old = json.loads(venv_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = None
+    _write_atomic(venv_path, {**(old if isinstance(old, dict) else {}), **data})
     return path
+
+
+def forget_routing(prefix: Path) -> None:
+    """Routing off: the hook's arming record goes; the user-state record (why) stays."""
+    venv_record_path(prefix).unlink(missing_ok=True)
+
+
+def default_post_update(prefix: Path) -> tuple[str, ...]:
+    import sys
+
+    return (sys.executable, "-m", "sagedoctor", "post-update", "--venv", str(prefix))
+
+
+def record_verification(prefix: Path, python: Path, verdict: str, fingerprint: dict[str, Any],
+                        results: dict[str, Any], when: str) -> Path:
+    """What `verify` calls after each self-test, whatever the verdict."""
+    del python  # the prefix names the venv; kept for the caller's signature
+    record = VerifyRecord(verdict, when, dict(fingerprint), dict(results),
+                          default_post_update(prefix))
+    return save_record(prefix, record)

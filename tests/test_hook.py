@@ -82,6 +82,11 @@ def run_app(python: Path, env: dict[str, str]) -> tuple[dict, str]:
     return json.loads(done.stdout), done.stderr
 
 
+def ours(stderr: str) -> list[str]:
+    """sagedoctor's lines (torch may warn about numpy on this machine)."""
+    return [line for line in stderr.splitlines() if line.startswith("sagedoctor")]
+
+
 def test_enable_arms_the_router_for_every_python_of_the_venv(
         venv: tuple[Path, dict[str, str]]) -> None:
     python, env = venv
@@ -106,17 +111,62 @@ def test_enable_arms_the_router_for_every_python_of_the_venv(
     assert not info["armed"]
 
 
-def test_a_venv_changed_since_verify_keeps_sdpa_and_says_why(
+def test_a_venv_changed_since_verify_keeps_sdpa_and_names_post_update(
         venv: tuple[Path, dict[str, str]]) -> None:
     python, env = venv
     fingerprint = live_fingerprint(python, env)
+    torch_stat = fingerprint["stat"]["torch"]
+    assert torch_stat and torch_stat[0].startswith("torch-")
+    # What pip or uv leaves after an upgrade: another dist-info, another RECORD.
+    write_verified(python, {**fingerprint, "stat": {**fingerprint["stat"],
+                                                    "torch": ["torch-2.12.0.dist-info", 1, 2]}})
+    assert run_cli(["enable", "--python", str(python)], env).returncode == 0
+    info, stderr = run_app(python, env)
+    assert not info["armed"] and info["same"]
+    lines = ours(stderr)
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("sagedoctor: torch changed since the last verify")
+    assert f"`sagedoctor post-update --venv {python.parent.parent}`" in lines[0]
+
+
+def test_a_record_without_stat_data_compares_versions(
+        venv: tuple[Path, dict[str, str]]) -> None:
+    python, env = venv
+    fingerprint = live_fingerprint(python, env)
+    del fingerprint["stat"]
     write_verified(python, {**fingerprint, "dists": {**fingerprint["dists"],
                                                       "torch": "2.12.0"}})
     assert run_cli(["enable", "--python", str(python)], env).returncode == 0
     info, stderr = run_app(python, env)
     assert not info["armed"] and info["same"]
     assert f"torch 2.12.0 -> {fingerprint['dists']['torch']}" in stderr
-    assert "stays off until `sagedoctor verify`" in stderr
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"schema_version": 1, "verdict": "routing",'
+                                     ' "fingerprint": 7}', '["routing"]'])
+def test_a_corrupt_record_starts_quietly_on_sdpa(
+        venv: tuple[Path, dict[str, str]], content: str) -> None:
+    python, env = venv
+    write_verified(python, live_fingerprint(python, env))
+    assert run_cli(["enable", "--python", str(python)], env).returncode == 0
+    (python.parent.parent / "sagedoctor" / "verified.json").write_text(content,
+                                                                       encoding="utf-8")
+    info, stderr = run_app(python, env)
+    assert not info["armed"] and info["same"]
+    assert len(ours(stderr)) <= 1, stderr
+
+
+def test_a_stale_pth_after_uninstalling_the_runtime_starts_quietly(
+        venv: tuple[Path, dict[str, str]]) -> None:
+    python, env = venv
+    write_verified(python, live_fingerprint(python, env))
+    assert run_cli(["enable", "--python", str(python)], env).returncode == 0
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    import shutil
+    shutil.rmtree(site / "sagedoctor_runtime")  # a manual uninstall that left the .pth
+    info, stderr = run_app(python, env)
+    assert not info["armed"] and info["same"]
+    assert len(ours(stderr)) <= 1, stderr
 
 
 def test_enable_needs_a_passing_verify(venv: tuple[Path, dict[str, str]]) -> None:
@@ -134,7 +184,7 @@ def test_verify_without_a_gpu_reports_broken_and_leaves_the_hook_off(
     done = run_cli(["verify", "--python", str(python), "--quick"], env, timeout=180)
     assert done.returncode == 1, done.stderr
     assert "does not work in this venv" in done.stdout
-    assert not (python.parent.parent / "sagedoctor" / "verified.json").exists()
+    assert not (python.parent.parent / "sagedoctor" / "verified.json").exists()  # no arming
     calibration = json.loads((python.parent.parent / "sagedoctor" / "calibration.json")
                              .read_text())
     assert calibration["gpus"] == {}  # no GPU: no decision

@@ -21,10 +21,41 @@ if MYPY:
 TARGET = "torch.nn.functional"
 FINGERPRINT_DISTS = ("torch", "triton", "triton-windows", "sageattention")
 OFF_ENV = "SAGEDOCTOR_RUNTIME"
+AUTO_REPAIR_ENV = "SAGEDOCTOR_AUTO_REPAIR"
 
 
 def verified_path(prefix: str | None = None) -> str:
     return os.path.join(prefix or sys.prefix, "sagedoctor", "verified.json")
+
+
+def site_dirs() -> list[str]:
+    """The site-packages folders this interpreter imports from, in sys.path order."""
+    return [entry for entry in sys.path
+            if entry.replace("\\", "/").rstrip("/").lower().endswith("site-packages")
+            and os.path.isdir(entry)]
+
+
+def dist_stats(dirs: Sequence[str]) -> dict[str, list[Any] | None]:
+    """Per fingerprinted dist: [dist-info name, RECORD size, RECORD mtime_ns], first found.
+    A listdir and a few stat() calls: an upgrade by pip or uv rewrites the dist-info."""
+    out: dict[str, list[Any] | None] = dict.fromkeys(FINGERPRINT_DISTS)
+    for folder in dirs:
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.endswith(".dist-info"):
+                continue
+            project = entry[:-10].rsplit("-", 1)[0].lower().replace("_", "-")
+            if project not in out or out[project] is not None:
+                continue
+            try:
+                found = os.stat(os.path.join(folder, entry, "RECORD"))
+            except OSError:
+                continue
+            out[project] = [entry, found.st_size, found.st_mtime_ns]
+    return out
 
 
 def live_fingerprint() -> dict[str, Any]:
@@ -36,7 +67,13 @@ def live_fingerprint() -> dict[str, Any]:
             dists[name] = metadata.version(name)
         except Exception:
             dists[name] = None
-    return {"python": ".".join(str(p) for p in sys.version_info[:3]), "dists": dists}
+    return {"python": ".".join(str(p) for p in sys.version_info[:3]), "dists": dists,
+            "stat": dist_stats(site_dirs())}
+
+
+def stat_differences(saved: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
+    """Which fingerprinted dists were installed, removed or rewritten since the verify."""
+    return [name for name in sorted(set(saved) | set(live)) if saved.get(name) != live.get(name)]
 
 
 def fingerprint_differences(saved: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
@@ -61,23 +98,69 @@ def runtime_switched_off() -> bool:
     return os.environ.get(OFF_ENV, "").strip().lower() in ("off", "0", "false", "no", "sdpa")
 
 
+def post_update_hint(prefix: str | None = None) -> str:
+    return f"sagedoctor post-update --venv {prefix or sys.prefix}"
+
+
 def should_arm(prefix: str | None = None) -> bool:
+    """Only a verify with verdict 'routing' whose fingerprint still matches arms the hook.
+    Every failure is one line on stderr at most, and SDPA stays in use."""
     import json
 
     path = verified_path(prefix)
     try:
         with open(path, encoding="utf-8") as handle:
             saved = json.load(handle)
-    except (OSError, ValueError):
-        _warn(f"{path} is missing or unreadable; SageAttention stays off "
-              "(run `sagedoctor verify`)")
+    except FileNotFoundError:
+        _warn(f"this venv has no verification; SageAttention stays off "
+              f"(run `{post_update_hint(prefix)}`)")
         return False
-    changed = fingerprint_differences(saved.get("fingerprint", {}), live_fingerprint())
+    except (OSError, ValueError):
+        _warn(f"{path} is unreadable; SageAttention stays off (run `{post_update_hint(prefix)}`)")
+        return False
+    if not isinstance(saved, dict) or saved.get("verdict") != "routing":
+        return False  # the last verify found no kernel to route: SDPA, quietly
+    fingerprint = saved.get("fingerprint")
+    if not isinstance(fingerprint, dict):
+        _warn(f"{path} is unreadable; SageAttention stays off (run `{post_update_hint(prefix)}`)")
+        return False
+    recorded = fingerprint.get("stat")
+    if isinstance(recorded, dict):
+        live_python = ".".join(str(p) for p in sys.version_info[:3])
+        changed = [] if fingerprint.get("python") == live_python else ["python"]
+        changed += stat_differences(recorded, dist_stats(site_dirs()))
+    else:  # a record from before the stat data: compare versions
+        changed = fingerprint_differences(fingerprint, live_fingerprint())
     if changed:
-        _warn("this venv changed since it was verified (" + "; ".join(changed) + "); "
-              "SageAttention stays off until `sagedoctor verify` runs again")
+        _warn(", ".join(changed) + " changed since the last verify; SageAttention stays off "
+              f"until `{post_update_hint(prefix)}` runs")
+        maybe_auto_repair(saved, prefix)
         return False
     return True
+
+
+def maybe_auto_repair(saved: Mapping[str, Any], prefix: str | None = None) -> None:
+    """SAGEDOCTOR_AUTO_REPAIR=1: start the recorded post-update command once, detached.
+    A marker created with O_EXCL makes later interpreter starts leave it alone."""
+    if os.environ.get(AUTO_REPAIR_ENV, "").strip() != "1":
+        return
+    argv = saved.get("post_update")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        return
+    marker = os.path.join(prefix or sys.prefix, "sagedoctor", "auto-repair.started")
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except OSError:
+        return  # started before (post-update removes the marker when done) or read-only
+    import subprocess
+
+    flags: dict[str, Any] = {"start_new_session": True} if os.name != "nt" else {
+        "creationflags": 0x00000008 | 0x00000200}  # DETACHED_PROCESS | NEW_PROCESS_GROUP
+    try:
+        subprocess.Popen([*argv, "--yes"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **flags)
+    except OSError:
+        return  # no contextlib here: the hook loads as little as it can
 
 
 def arm(functional: Any, enable: Callable[[], Any] | None = None) -> None:
