@@ -10,13 +10,23 @@ from packaging.version import Version
 
 from . import compat
 from .areas import AREAS
-from .facts import Facts, Gpu, GpuFacts, SystemFacts, TargetFacts, ToolchainFacts, TorchFacts
+from .facts import (
+    Facts,
+    Gpu,
+    GpuFacts,
+    SystemFacts,
+    TargetFacts,
+    ToolchainFacts,
+    TorchFacts,
+    VerificationFacts,
+    WrongKernel,
+)
 from .findings import Finding, finding
 from .index import TritonRules, WheelIndex, shipped_index
 
 _PROBE_AREA = {"system": "system", "gpu": "gpu", "target": "python", "toolchain": "toolchain",
                "invokeai": "invokeai"}
-_NEEDS_BUILD_CODES = frozenset({"SD161", "SD162", "SD163", "SD164"})
+_NEEDS_BUILD_CODES = frozenset({"SD161", "SD162", "SD163", "SD164", "SD167"})
 
 
 def quote(arg: str, os_name: str) -> str:
@@ -462,6 +472,59 @@ def check_invokeai(facts: Facts) -> list[Finding]:
     return out
 
 
+def _public_version(version: str | None) -> str | None:
+    return version.split("+", 1)[0] if version else None
+
+
+def verification_is_current(record: VerificationFacts, target: TargetFacts) -> bool:
+    """Whether the record was made with the sageattention and torch installed now."""
+    sage = target.sageattention.version if target.sageattention else None
+    torch = target.torch.version if target.torch else None
+    return (record.sageattention == sage
+            and _public_version(record.torch) == _public_version(torch))
+
+
+def recorded_wrong_sageattn(facts: Facts) -> tuple[WrongKernel, ...]:
+    """GPUs on which verify found `sageattn()` wrong, for the build installed now."""
+    record, target = facts.verification, facts.target
+    if record is None or target is None or target.sageattention is None:
+        return ()
+    return record.wrong_sageattn if verification_is_current(record, target) else ()
+
+
+def check_verification(facts: Facts, os_name: str) -> list[Finding]:
+    """What the last verify found, said again by every later check of the venv."""
+    record, target = facts.verification, facts.target
+    if record is None or target is None or target.sageattention is None:
+        return []
+    verify = f"sagedoctor verify --venv {_venv_arg(target, os_name)}"
+    if record.status != "verified":
+        why = "its record does not parse" if record.status == "corrupt" else "no record"
+        return [finding("SD169", "info", f"{why}; nothing has proven this build on this GPU",
+                        verify)]
+    if not verification_is_current(record, target):
+        sage = target.sageattention.version
+        torch = target.torch.version if target.torch else "none"
+        return [finding("SD168", "warn",
+                        f"verified on {record.verified_at} with sageattention "
+                        f"{record.sageattention} and torch {record.torch}; now {sage} and "
+                        f"{torch}", verify)]
+    out = []
+    for wrong in record.wrong_sageattn:
+        route = ("the fork's wheel" if os_name == "windows"
+                 else "a source build of the pinned commit")
+        out.append(finding(
+            "SD167", "error",
+            f"verify ({record.verified_at}) found `sageattn()` "
+            f"({wrong.kernel or 'its auto kernel'}) wrong on {wrong.name} "
+            f"sm{wrong.arch.replace('.', '')} ({wrong.gpu}); ComfyUI --use-sage-attention, "
+            "KJNodes and diffusers call it directly and get garbage images (the router "
+            "does not use it)",
+            f"sagedoctor install --venv {_venv_arg(target, os_name)}  (replaces the build "
+            f"with {route})"))
+    return out
+
+
 def diagnose(facts: Facts, index: WheelIndex | None = None) -> list[Finding]:
     """Every finding for the facts at hand, in area order; areas without facts are skipped.
 
@@ -479,6 +542,7 @@ def diagnose(facts: Facts, index: WheelIndex | None = None) -> list[Finding]:
         out += check_torch(facts.target, facts.gpu, os_name)
         out += check_triton(facts.target, facts.gpu, os_name, index.triton)
         sage = check_sageattention(facts.target, facts.gpu, os_name)
+        sage += check_verification(facts, os_name)
         out += sage
     if facts.toolchain:
         needs_build = any(f.code in _NEEDS_BUILD_CODES for f in sage)

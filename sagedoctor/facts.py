@@ -137,6 +137,28 @@ class ProbeFailure:
 
 
 @dataclass(frozen=True)
+class WrongKernel:
+    """A GPU on which `sagedoctor verify` found `sageattn()` itself returning wrong output."""
+
+    gpu: str  # the GPU's UUID ("GPU-...") or name|arch|index
+    name: str
+    arch: str
+    kernel: str | None  # what `sageattn()` dispatched to, e.g. "sage_fp8_sm90"
+
+
+@dataclass(frozen=True)
+class VerificationFacts:
+    """What the last `sagedoctor verify` of this venv recorded (the state store)."""
+
+    status: str  # "verified", "unverified" (no record) or "corrupt" (a record that won't parse)
+    verdict: str | None = None  # "routing", "sdpa-only" or "broken"
+    verified_at: str | None = None
+    sageattention: str | None = None  # the versions the verify ran with
+    torch: str | None = None
+    wrong_sageattn: tuple[WrongKernel, ...] = ()
+
+
+@dataclass(frozen=True)
 class Facts:
     system: SystemFacts | None
     gpu: GpuFacts | None
@@ -148,6 +170,7 @@ class Facts:
     schema_version: int = FACTS_SCHEMA_VERSION
     # Areas this run looked at; a check of one area leaves the others None on purpose.
     areas: tuple[str, ...] = field(default_factory=tuple)
+    verification: VerificationFacts | None = None
 
     def failure_for(self, area: str) -> ProbeFailure | None:
         return next((f for f in self.probe_failures if f.area == area), None)

@@ -145,6 +145,23 @@ _KINDS = [
                 "A source build carries no +cuXXXtorchX.Y label, so its CUDA and torch cannot "
                 "be checked from metadata; `sagedoctor verify` tests it.",
                 "`sagedoctor verify --venv VENV`."),
+    FindingKind("SD167", "sageattention", "sageattn() gives wrong output on this GPU",
+                "`sagedoctor verify` ran `sageattn()` itself (the kernel it picks for the GPU) "
+                "against SDPA and got wrong output, with no error: tag v2.2.0 and wheels built "
+                "from it do this on Hopper (sm90). The router never uses such a kernel, but "
+                "ComfyUI (--use-sage-attention), KJNodes' sage attention patch and diffusers' "
+                "sage backend call `sageattn()` directly and produce garbage images.",
+                "`sagedoctor install --venv VENV`: the plan replaces the build (Linux: a "
+                "source build of the pinned commit; Windows: the fork's wheel)."),
+    FindingKind("SD168", "sageattention", "Verification out of date",
+                "The venv changed since `sagedoctor verify` last ran (another sageattention or "
+                "torch), so what it found no longer says anything about this build.",
+                "`sagedoctor verify --venv VENV`."),
+    FindingKind("SD169", "sageattention", "Not verified",
+                "No readable record of a `sagedoctor verify` of this venv: nobody has proven "
+                "that this SageAttention computes the right output on this GPU (a record that "
+                "does not parse counts as none).",
+                "`sagedoctor verify --venv VENV`."),
     FindingKind("SD170", "toolchain", "Build toolchain", "nvcc, gcc and ninja for source builds.",
                 ""),
     FindingKind("SD171", "toolchain", "nvcc not found",

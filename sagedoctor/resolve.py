@@ -16,6 +16,7 @@ from .diagnose import (
     diagnose,
     gpu_label,
     linux_triton_fix,
+    recorded_wrong_sageattn,
     torch_build_of,
     usable_gpus,
 )
@@ -307,7 +308,12 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
                          "on PyTorch attention")
     if not served:
         return steps, notes, [finding("SD203", "error", "; ".join(gpu_label(g) for g in gpus))]
-    if not _windows_sage_is_correct(target, index, wheel, gpus):
+    wrong = recorded_wrong_sageattn(facts)
+    if wrong:
+        notes.append("verify found `sageattn()` wrong on "
+                     + ", ".join(f"{w.name} ({w.gpu})" for w in wrong)
+                     + f": {wheel.file} is installed in its place")
+    if wrong or not _windows_sage_is_correct(target, index, wheel, gpus):
         steps.append(Step(
             "install-wheel", f"Install {wheel.file}",
             _wheel_reason(wheel, target, torch_label, build.cuda_major),
@@ -440,7 +446,12 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
             "SD152" if target.triton else "SD151", "error",
             f"torch {build.label} pins Triton {want}; the venv has {have}",
             linux_triton_fix(target, want))]
-    if _linux_sage_is_correct(target, gpus) and options.source_dir is None:
+    wrong = recorded_wrong_sageattn(facts)
+    if wrong:
+        notes.append("verify found `sageattn()` wrong on "
+                     + ", ".join(f"{w.name} ({w.gpu})" for w in wrong)
+                     + " with this build: it is replaced by a source build of the pinned commit")
+    elif _linux_sage_is_correct(target, gpus) and options.source_dir is None:
         return steps, notes, []
 
     archs = [cc for cc in _cc_list(gpus) if cc in index.build.archs]
@@ -481,7 +492,8 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
                       build=settings)
     linux_index = (_matching_linux_index(index, target.torch.version, build.cuda or "",
                                          _cc_list(gpus), notes)
-                   if options.use_linux_indexes and not options.source_dir else None)
+                   if options.use_linux_indexes and not options.source_dir and not wrong
+                   else None)
     if linux_index is not None:
         version = linux_index.version_for(target.torch.version)
         fallback = ("; if it is not reachable, build from source as below" if not blockers

@@ -21,7 +21,6 @@ from .runtime.decisions import (
     shape_key,
 )
 
-RECORD_FILE = "last-verify.json"
 FIRST_SCHEMA_HEADS = {64: 20, 128: 24}
 
 
@@ -227,28 +226,16 @@ def render_table(results: list[KeyResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def verify_record(report: dict[str, Any], results: list[KeyResult], outcome: str,
-                  when: str) -> dict[str, Any]:
-    """What `check` and `plan` read back: the verdict, the build it was measured on, and per
-    GPU whether `sageattn()` itself (what ComfyUI, KJNodes and diffusers call) was correct."""
+def verify_record(report: dict[str, Any], results: list[KeyResult]) -> dict[str, Any]:
+    """The record's results (state.py keeps verdict, time and fingerprint beside them): per
+    GPU whether `sageattn()` itself, what ComfyUI, KJNodes and diffusers call, was correct."""
     gpus: dict[str, dict[str, Any]] = {}
     for r in results:
         entry = gpus.setdefault(r.gpu_id, {"index": r.gpu, "name": r.gpu_name, "arch": r.arch,
                                            "sageattn_auto": {}})
         entry["sageattn_auto"][f"{r.dtype}|{r.head_dim}"] = {"kernel": r.auto_kernel,
                                                              "passed": r.auto_passed}
-    return {"schema_version": 1, "verified_at": when, "verdict": outcome,
-            "fingerprint": report.get("fingerprint", {}), "error": report.get("error"),
-            "gpus": gpus}
-
-
-def write_record(prefix: Path, record: dict[str, Any]) -> Path:
-    path = prefix / "sagedoctor" / RECORD_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return {"error": report.get("error"), "gpus": gpus}
 
 
 def run_signature(results: list[KeyResult]) -> dict[str, Any]:

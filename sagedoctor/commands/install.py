@@ -118,7 +118,6 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
         verdict,
         verify_record,
         write_calibration,
-        write_record,
         write_verified,
     )
 
@@ -135,9 +134,9 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
         path = write_calibration(prefix, data)
         outcome = verdict(report, results)
         verified = write_verified(prefix, report, results, when)
-        write_record(prefix, verify_record(report, results, outcome, when))
+        # The state store's record: what check and plan say of this venv from now on.
         record_verification(prefix, python, outcome, report.get("fingerprint", {}),
-                            data.to_json(), when)
+                            verify_record(report, results), when)
         if as_json:
             continue
         if repeat > 1:

@@ -151,4 +151,16 @@ def collect_facts(options: ProbeOptions, on_area_done: AreaDone | None = None) -
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
-    return _facts(results, failures, tuple(options.areas))
+    facts = _facts(results, failures, tuple(options.areas))
+    target = results.get("target")
+    if target is not None:
+        from dataclasses import replace
+
+        from .verification import read_verification
+
+        try:
+            facts = replace(facts, verification=read_verification(Path(target.prefix)))
+        except Exception as exc:  # the record is a hint; a bug reading it must not stop check
+            facts = replace(facts, probe_failures=(*facts.probe_failures,
+                                                   _failure("target", exc)))
+    return facts
