@@ -2,7 +2,7 @@
 
 Only the process boundary is faked: the venv is a real `python -m venv`, its dist-infos are real
 files that importlib.metadata reads, and nvidia-smi is a real executable that replays output
-recorded on real machines (../shared/fixtures) or built from ../shared/facts.
+recorded on real machines (tests/fixtures, copied from the project's shared fixtures).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 H200 = FIXTURES / "h200-linux"
 EXT = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 
