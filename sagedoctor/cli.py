@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from . import __version__
 from .areas import AREAS
@@ -18,6 +19,23 @@ if TYPE_CHECKING:
     from .facts import TargetFacts
 
 EXIT_TOOL_FAILED = 3
+EXIT_USAGE = 64  # BSD's EX_USAGE: argparse's own 2 would read as "cannot work on this machine"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error exits EXIT_USAGE (subcommands inherit the class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _safe_streams() -> None:
+    # A path the console's code page cannot show (cp1252 and Cyrillic) must not crash a report.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 
 
 def _target_options(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +48,7 @@ def _target_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sagedoctor",
         description="Install SageAttention correctly, and prove it works.",
     )
@@ -42,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="diagnose this machine and the target environment",
         description="Detect the machine and the target environment, say what is wrong and "
                     "how to fix it. Exit codes: 0 ready, 1 fixable problems, 2 cannot work "
-                    "on this machine, 3 sagedoctor itself failed.",
+                    "on this machine, 3 sagedoctor itself failed, 64 a usage error.",
     )
     check.add_argument("area", nargs="?", choices=AREAS, help="check one area only")
     _target_options(check)
@@ -69,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="show what `install` would do, and why",
                           description="Resolve the wheels (or the source build) for the target "
                                       "environment. Exit codes: 0 a plan, 1 blocked by "
-                                      "something fixable, 2 cannot work here.")
+                                      "something fixable, 2 cannot work here, 3 sagedoctor "
+                                      "failed, 64 a usage error.")
     plan_options(plan)
     install = sub.add_parser("install", help="install SageAttention into the target venv",
                              description="Carry out the plan (see `sagedoctor plan`); torch "
@@ -161,6 +180,7 @@ def _inspect_target(args: argparse.Namespace) -> TargetFacts:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _safe_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -169,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         args = parser.parse_args(["tui"])
     try:
+        from .settings import check_settings
+
+        check_settings(os.environ)
         if args.command == "tui":
             from .tui import TuiOptions, run_tui
 

@@ -26,3 +26,16 @@ class FactsFileError(SagedoctorError):
 
 class TargetError(SagedoctorError):
     code = "SD902"
+
+
+class SettingError(SagedoctorError):
+    """A SAGEDOCTOR_* environment variable holds a value sagedoctor cannot use."""
+
+    code = "SD905"
+
+    def __init__(self, variable: str, value: str, expected: str) -> None:
+        super().__init__(
+            f"the environment variable {variable}={value!r:.80} is not {expected}",
+            f"fix or unset {variable}",
+        )
+        self.variable = variable

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import stat
 import types
 import typing
 from dataclasses import dataclass, field
@@ -206,16 +207,34 @@ def facts_from_dict(data: object, source: str = "<facts>") -> Facts:
     return facts
 
 
+MAX_FACTS_BYTES = 32 * 1024 * 1024  # a real report is a few kB
+
+
 def load_facts_file(path: Path) -> Facts:
     """Load facts written by ``check --json`` (the whole report or its ``facts`` member)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            # A FIFO or device would block or never end; a folder is a wrong argument.
+            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise FactsFileError(str(path), f"{kind}; pass the saved JSON file")
+        if info.st_size > MAX_FACTS_BYTES:
+            raise FactsFileError(str(path), f"larger than {MAX_FACTS_BYTES // 2**20} MB; "
+                                 "not a report of `check --json`")
+        raw = path.read_bytes()
     except OSError as exc:
         raise FactsFileError(str(path), f"cannot read it: {exc.strerror or exc}") from exc
     try:
+        text = raw.decode("utf-8-sig")  # a BOM is what Windows editors add
+    except UnicodeDecodeError as exc:
+        raise FactsFileError(str(path), f"not UTF-8 text (byte {exc.start}): is it the JSON "
+                             "report?") from None
+    try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, and ints past Python's digit limit
         raise FactsFileError(str(path), f"not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise FactsFileError(str(path), "not valid JSON: nested too deeply") from None
     if isinstance(data, dict) and "facts" in data and "findings" in data:
         data = data["facts"]
     return facts_from_dict(data, str(path))

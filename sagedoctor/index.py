@@ -7,6 +7,7 @@ that disagree with their own fields are errors that name the file and the entry.
 from __future__ import annotations
 
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -429,11 +430,23 @@ def parse_index(data: object, source: str) -> WheelIndex:
     return index
 
 
+MAX_INDEX_BYTES = 16 * 1024 * 1024  # the shipped index is about 30 kB
+
+
 def load_index_file(path: Path) -> WheelIndex:
     try:
-        text = path.read_text(encoding="utf-8")
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the read
+            raise IndexError_(str(path), "file", "not a regular file")
+        if info.st_size > MAX_INDEX_BYTES:
+            raise IndexError_(str(path), "file", f"larger than {MAX_INDEX_BYTES // 2**20} MB")
+        raw = path.read_bytes()
     except OSError as exc:
         raise IndexError_(str(path), "file", f"cannot read it: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise IndexError_(str(path), "file", f"not UTF-8 text (byte {exc.start})") from None
     return parse_index(parse_toml(text, str(path)), str(path))
 
 
@@ -443,6 +456,8 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
         return data
     except tomllib.TOMLDecodeError as exc:
         raise IndexError_(source, "file", f"not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise IndexError_(source, "file", "not valid TOML: nested too deeply") from None
 
 
 def user_index_path() -> Path:

@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -40,16 +42,25 @@ class ToolMissing(Exception):
     pass
 
 
+class ToolOutputTooLarge(Exception):
+    def __init__(self, argv: Sequence[str], max_bytes: int) -> None:
+        super().__init__(f"`{argv[0]}` printed more than {max_bytes:,} bytes; "
+                         "it was stopped and its answer ignored")
+
+
 def run_tool(
     argv: Sequence[str],
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
     input_text: str | None = None,
+    max_output_bytes: int | None = None,
 ) -> ToolResult:
     """Run ``argv`` and capture its output as text.
 
     On timeout the tool's whole process group is killed, so a wrapper script that started a
     child cannot keep our pipes open (plain ``subprocess.run`` would then wait forever).
+    With ``max_output_bytes``, a tool that prints more (on stdout or stderr) is killed the same
+    way and ToolOutputTooLarge raised: its output is never held in memory beyond the cap.
     """
     limit = probe_timeout() if timeout is None else timeout
     kwargs: dict[str, object] = {}
@@ -72,8 +83,12 @@ def run_tool(
         raise ToolMissing(argv[0]) from exc
     except PermissionError as exc:
         raise ToolMissing(f"{argv[0]} (not executable)") from exc
+    data = input_text.encode() if input_text else None
+    if max_output_bytes is not None:
+        out, err = _communicate_capped(proc, argv, data, limit, max_output_bytes)
+        return ToolResult(tuple(argv), proc.returncode, out.decode("utf-8", errors="replace"),
+                          err.decode("utf-8", errors="replace"))
     try:
-        data = input_text.encode() if input_text else None
         out, err = proc.communicate(input=data, timeout=limit)
     except subprocess.TimeoutExpired:
         _kill_tree(proc)
@@ -85,6 +100,65 @@ def run_tool(
         out.decode("utf-8", errors="replace"),
         err.decode("utf-8", errors="replace"),
     )
+
+
+def _communicate_capped(proc: subprocess.Popen[bytes], argv: Sequence[str], data: bytes | None,
+                        limit: float, max_bytes: int) -> tuple[bytes, bytes]:
+    """communicate() that stops reading (and kills the tree) once a pipe passes ``max_bytes``."""
+    chunks: dict[int, list[bytes]] = {1: [], 2: []}
+    over = threading.Event()
+    finished = threading.Condition()
+    done: list[int] = []
+
+    def pump(stream: object, key: int) -> None:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        total = 0
+        try:
+            while not over.is_set():
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > max_bytes:
+                    over.set()
+                    break
+                chunks[key].append(chunk)
+        except OSError:
+            pass
+        finally:
+            with finished:
+                done.append(key)
+                finished.notify_all()
+
+    def feed() -> None:
+        with contextlib.suppress(OSError):
+            if data:
+                proc.stdin.write(data)  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+
+    readers = [threading.Thread(target=pump, args=(proc.stdout, 1), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, 2), daemon=True)]
+    if proc.stdin is not None:
+        threading.Thread(target=feed, daemon=True).start()
+    for thread in readers:
+        thread.start()
+    deadline = time.monotonic() + limit
+    with finished:
+        finished.wait_for(lambda: len(done) == len(readers) or over.is_set(), timeout=limit)
+    if over.is_set() or len(done) < len(readers):
+        _kill_tree(proc)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        if over.is_set():
+            raise ToolOutputTooLarge(argv, max_bytes)
+        raise ToolTimeout(argv, limit)
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc)
+        proc.wait()
+        raise ToolTimeout(argv, limit) from None
+    return b"".join(chunks[1]), b"".join(chunks[2])
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:

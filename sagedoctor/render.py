@@ -126,5 +126,18 @@ def report_dict(facts: Facts, findings: Sequence[Finding]) -> dict[str, Any]:
     }
 
 
-def render_json(facts: Facts, findings: Sequence[Finding]) -> str:
-    return json.dumps(report_dict(facts, findings), indent=2, ensure_ascii=False) + "\n"
+def render_json(facts: Facts, findings: Sequence[Finding], encoding: str | None = "utf-8") -> str:
+    """The JSON report; \\u escapes where ``encoding`` (the stream's) cannot carry a character,
+    so a Cyrillic path on a cp1252 console is still valid, identical JSON."""
+    text = json.dumps(report_dict(facts, findings), indent=2, ensure_ascii=False) + "\n"
+    if not can_encode(text, encoding):
+        text = json.dumps(report_dict(facts, findings), indent=2, ensure_ascii=True) + "\n"
+    return text
+
+
+def can_encode(text: str, encoding: str | None) -> bool:
+    try:
+        text.encode(codecs.lookup(encoding or "utf-8").name)
+    except (LookupError, UnicodeEncodeError):
+        return False
+    return True

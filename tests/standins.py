@@ -2,13 +2,14 @@
 
 Only the process boundary is faked: the venv is a real `python -m venv`, its dist-infos are real
 files that importlib.metadata reads, and nvidia-smi is a real executable that replays output
-recorded on real machines (../shared/fixtures) or built from ../shared/facts.
+recorded on real machines (tests/fixtures, copied from the project's shared fixtures).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 H200 = FIXTURES / "h200-linux"
 EXT = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 
@@ -127,9 +128,27 @@ def clean_env(tmp_path: Path, path_prefix: Path | None = None) -> dict[str, str]
            and not k.startswith("XDG_")}  # config, state and logs go under HOME
     env["HOME"] = str(tmp_path / "home")
     env["SAGEDOCTOR_SKIP_NVML"] = "1"
-    base_path = "/usr/bin:/bin"
+    # An empty host tree: the host's own /proc/driver/nvidia and /usr/local/cuda stay out.
+    host = tmp_path / "host root"
+    host.mkdir(exist_ok=True)
+    env["SAGEDOCTOR_HOST_ROOT"] = str(host)
+    # Only the basic tools, never the host's nvidia-smi, nvcc or gcc.
+    base_path = str(_basic_tools(tmp_path / "host tools"))
     env["PATH"] = f"{path_prefix}:{base_path}" if path_prefix else base_path
     return env
+
+
+_BASIC_TOOLS = ("sh", "cat", "sleep", "echo", "env", "uname", "ldconfig", "true")
+
+
+def _basic_tools(folder: Path) -> Path:
+    folder.mkdir(exist_ok=True)
+    for name in _BASIC_TOOLS:
+        found = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
+        link = folder / name
+        if found and not link.exists():
+            link.symlink_to(found)
+    return folder
 
 
 def run_cli(args: list[str], env: dict[str, str], timeout: float = 60

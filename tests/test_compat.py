@@ -13,6 +13,7 @@ from sagedoctor.probe.gpu import (
     parse_nvidia_smi_csv,
     parse_proc_driver_version,
 )
+from sagedoctor.probe.roots import HostRoots
 from sagedoctor.probe.system import is_wsl, normalise_machine, windows_build_from_version
 from sagedoctor.probe.target import venv_python
 from sagedoctor.probe.toolchain import parse_gcc_version, parse_nvcc_version
@@ -120,7 +121,7 @@ def test_driver_files_from_the_h200() -> None:
 def test_windows_paths_and_names() -> None:
     assert str(venv_python(__import__("pathlib").PureWindowsPath("C:/My Apps/venv"), "windows")
                ) == "C:\\My Apps\\venv\\Scripts\\python.exe"
-    smi = nvidia_smi_candidates("windows", {"PATH": "", "SystemRoot": "D:\\Win"})
+    smi = nvidia_smi_candidates("windows", HostRoots(path="", system_root="D:\\Win"))
     assert smi[0] == "D:\\Win\\System32\\nvidia-smi.exe"
     assert smi[1].endswith("NVIDIA Corporation\\NVSMI\\nvidia-smi.exe")
     assert windows_build_from_version("10.0.22631") == 22631

@@ -36,7 +36,7 @@ def env_with(tmp_path: Path, path: Path | None = None, **extra: str) -> dict[str
 def test_wrapper_nvcc_without_headers_is_not_cuda_home(tmp_path: Path) -> None:
     usr_local = tmp_path / "usr local é"
     toolkit(usr_local, "13.0", headers=False)  # /usr/local/bin/nvcc, no include/
-    facts = probe_toolchain("linux", env_with(tmp_path, usr_local / "bin"), usr_local)
+    facts = probe_toolchain("linux", env=env_with(tmp_path, usr_local / "bin"), usr_local=usr_local)
     assert facts.cuda_home is None
     assert facts.nvcc_path == str(usr_local / "bin" / "nvcc")  # named, so SD176 can say so
     assert facts.nvcc_version == "13.0.93"
@@ -49,7 +49,7 @@ def test_wrapper_on_path_then_usr_local_cuda_is_taken(tmp_path: Path) -> None:
     toolkit(usr_local, "13.0", headers=False)
     real = usr_local / "cuda"
     toolkit(real, "12.8")
-    facts = probe_toolchain("linux", env_with(tmp_path, usr_local / "bin"), usr_local)
+    facts = probe_toolchain("linux", env=env_with(tmp_path, usr_local / "bin"), usr_local=usr_local)
     assert (facts.cuda_home, facts.nvcc_version) == (str(real), "12.8.93")
     assert len(facts.cuda_home_rejected) == 1
 
@@ -61,7 +61,8 @@ def test_bad_cuda_home_falls_through_to_newest_versioned_toolkit(tmp_path: Path)
     toolkit(newest, "12.10")
     wrong = tmp_path / "Program Files é" / "cuda"
     wrong.mkdir(parents=True)
-    facts = probe_toolchain("linux", env_with(tmp_path, CUDA_HOME=str(wrong)), usr_local)
+    facts = probe_toolchain("linux", env=env_with(tmp_path, CUDA_HOME=str(wrong)),
+                            usr_local=usr_local)
     assert facts.cuda_home == str(newest)
     assert facts.cuda_home_rejected == (
         f"{wrong} (from CUDA_HOME): no bin/nvcc, no include/cuda_runtime.h",)
@@ -73,13 +74,14 @@ def test_nvcc_symlink_is_followed_to_its_toolkit(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvcc").symlink_to(nvcc)
-    facts = probe_toolchain("linux", env_with(tmp_path, bin_dir), tmp_path / "no-usr-local")
+    facts = probe_toolchain("linux", env=env_with(tmp_path, bin_dir),
+                            usr_local=tmp_path / "no-usr-local")
     assert facts.cuda_home == str(real)
     assert facts.cuda_home_rejected == ()
 
 
 def test_nothing_anywhere(tmp_path: Path) -> None:
-    facts = probe_toolchain("linux", env_with(tmp_path), tmp_path / "none")
+    facts = probe_toolchain("linux", env=env_with(tmp_path), usr_local=tmp_path / "none")
     assert (facts.cuda_home, facts.nvcc_path, facts.nvcc_version) == (None, None, None)
     assert facts.cuda_home_rejected == ()  # absent default folders are not worth naming
 

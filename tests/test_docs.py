@@ -31,3 +31,14 @@ def test_wheel_selection_table_matches_the_shipped_index() -> None:
     page = DOCS / "wheel-selection.md"
     assert rewrite(page, shipped_index()) == page.read_text(encoding="utf-8"), (
         "run: python -m sagedoctor.index_table docs/wheel-selection.md")
+
+
+def test_every_error_code_is_documented() -> None:
+    import re
+
+    source = Path(__file__).parents[1] / "sagedoctor"
+    codes = {m for f in source.rglob("*.py")
+             for m in re.findall(r'code = "(SD9\d\d)"', f.read_text(encoding="utf-8"))}
+    page = (DOCS / "check.md").read_text(encoding="utf-8")
+    assert codes, "no error codes found"
+    assert {c for c in codes if f'{c} <span id="{c.lower()}"></span>' not in page} == set()

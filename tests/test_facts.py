@@ -21,7 +21,8 @@ def base() -> dict:
 def test_round_trip_is_lossless() -> None:
     facts = load_facts_file(PROFILE)
     assert facts_to_dict(facts_from_dict(facts_to_dict(facts))) == facts_to_dict(facts)
-    assert facts_to_dict(facts) == base()
+    # A report of before the verify record loads with none.
+    assert facts_to_dict(facts) == {**base(), "verification": None}
 
 
 @pytest.mark.parametrize(("mutate", "message"), [

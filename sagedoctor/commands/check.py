@@ -39,7 +39,7 @@ def run_check(options: CheckOptions, out: TextIO | None = None) -> int:
         source = "this machine"
     findings = findings_for_areas(diagnose(facts), options.areas)
     if options.as_json:
-        stream.write(render_json(facts, findings))
+        stream.write(render_json(facts, findings, getattr(stream, "encoding", None)))
     else:
         isatty = getattr(stream, "isatty", lambda: False)()
         stream.write(

@@ -6,7 +6,14 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..index import load_index, user_index_path
+from ..index import (
+    SHIPPED_INDEX,
+    IndexError_,
+    WheelIndex,
+    load_index,
+    load_index_file,
+    user_index_path,
+)
 from ..index_refresh import (
     GITHUB_API,
     fetch_releases,
@@ -17,9 +24,30 @@ from ..index_refresh import (
 )
 
 
+def _starting_index(base: Path | None) -> WheelIndex:
+    """--index, else the usual choice; a corrupt refreshed copy must not block its own
+    repair: start from the shipped index and keep the bad file beside the new one."""
+    if base is not None:
+        return load_index(base)
+    try:
+        return load_index()
+    except IndexError_ as exc:
+        user = user_index_path()
+        if not exc.message.startswith(str(user)):
+            raise
+        kept = user.with_name(user.name + ".corrupt")
+        try:
+            user.replace(kept)
+        except OSError:
+            raise exc from None
+        sys.stderr.write(f"Your refreshed index cannot be used ({exc.message}); it was moved to "
+                     f"{kept} and this refresh starts from the shipped index.\n")
+        return load_index_file(SHIPPED_INDEX)
+
+
 def run_refresh(base: Path | None, api: str | None, out: TextIO | None = None) -> int:
     stream = out or sys.stdout
-    index = load_index(base)
+    index = _starting_index(base)
     releases = fetch_releases(api or GITHUB_API)
     found, skipped = wheels_from_releases(releases, index)
     merged, notes = merge_wheels(index, found)

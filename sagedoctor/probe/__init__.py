@@ -17,11 +17,13 @@ from typing import Any
 from .. import __version__
 from ..areas import AREAS
 from ..errors import SagedoctorError
-from ..facts import Facts, ProbeFailure
+from ..facts import Facts, InvokeAIFacts, ProbeFailure
+from ..settings import number_from_env
 from .gpu import probe_gpu
 from .invokeai import choose_root, locate_invokeai, read_config
+from .roots import HostRoots
 from .system import probe_system
-from .target import current_os, default_interpreter, probe_target, venv_python
+from .target import TARGET_TIMEOUT_S, current_os, default_interpreter, probe_target, venv_python
 from .toolchain import probe_toolchain
 
 # Which probes each area's findings read.
@@ -43,6 +45,7 @@ class ProbeOptions:
     python: Path | None = None
     root: Path | None = None
     areas: tuple[str, ...] = AREAS
+    roots: HostRoots | None = None  # None: this machine's (HostRoots.from_env)
 
 
 def choose_target(options: ProbeOptions, invokeai_venv: str | None) -> Path:
@@ -57,7 +60,7 @@ def choose_target(options: ProbeOptions, invokeai_venv: str | None) -> Path:
 
 def _guard_seconds() -> float:
     # Each probe bounds its own tools; this outer guard only catches a probe stuck elsewhere.
-    return float(os.environ.get("SAGEDOCTOR_TARGET_TIMEOUT", 20)) + 10
+    return number_from_env(os.environ, "SAGEDOCTOR_TARGET_TIMEOUT", TARGET_TIMEOUT_S) + 10
 
 
 # Called once per area, from a probe thread, as soon as every probe the area reads has ended;
@@ -120,20 +123,29 @@ def collect_facts(options: ProbeOptions, on_area_done: AreaDone | None = None) -
     wanted: set[str] = set()
     for area in options.areas:
         wanted |= _PROBES_FOR_AREA[area]
+    roots = options.roots or HostRoots.from_env(os.environ)
+    failures: list[ProbeFailure] = []
     # Root discovery is a few stat() calls and decides the default target: do it first.
-    choice = choose_root(options.root, os.environ, options.venv, Path.home())
-    located = locate_invokeai(choice, os_name)
+    try:
+        choice = choose_root(options.root, os.environ, options.venv, Path.home())
+        located = locate_invokeai(choice, os_name)
+    except OSError as exc:  # e.g. a root inside a folder this user may not read
+        where = f" {exc.filename}" if exc.filename else ""
+        failures.append(ProbeFailure("invokeai", f"cannot look for InvokeAI:{where}: "
+                                     f"{exc.strerror or exc} (fix: pass --root DIR, or give "
+                                     "this user read access to that folder)"))
+        located = InvokeAIFacts(None, "none", False, None, None, False)
+        wanted.discard("invokeai")
     target_python = choose_target(options, located.venv)
 
     jobs: dict[str, Callable[[], Any]] = {
-        "system": probe_system,
-        "gpu": lambda: probe_gpu(os_name),
-        "target": lambda: probe_target(target_python),
-        "toolchain": lambda: probe_toolchain(os_name),
+        "system": lambda: probe_system(roots),
+        "gpu": lambda: probe_gpu(os_name, roots=roots),
+        "target": lambda: probe_target(target_python, venv=options.venv),
+        "toolchain": lambda: probe_toolchain(os_name, roots),
         "invokeai": lambda: read_config(located),
     }
     results: dict[str, Any] = {}
-    failures: list[ProbeFailure] = []
     pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="probe")
     try:
         futures = {name: pool.submit(job) for name, job in jobs.items() if name in wanted}

@@ -14,11 +14,11 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Mapping
-from pathlib import Path, PureWindowsPath
+from pathlib import PureWindowsPath
 
 from ..facts import Gpu, GpuFacts
 from ..proc import ToolMissing, ToolTimeout, run_tool
+from .roots import HostRoots, read_head
 
 QUERY_FIELDS = "index,name,compute_cap,driver_version,memory.total"
 QUERY_FIELDS_R470 = "index,name,driver_version,memory.total"
@@ -52,16 +52,15 @@ def compute_capability_from_name(name: str) -> str | None:
     return None
 
 
-def nvidia_smi_candidates(os_name: str, env: Mapping[str, str]) -> list[str]:
+def nvidia_smi_candidates(os_name: str, roots: HostRoots) -> list[str]:
     """Where nvidia-smi may be: PATH first, then the Windows driver's own locations."""
-    found = shutil.which("nvidia-smi", path=env.get("PATH"))
+    found = shutil.which("nvidia-smi", path=roots.path)
     candidates = [found] if found else []
     if os_name == "windows":
-        system_root = env.get("SystemRoot", r"C:\Windows")
-        program_files = env.get("ProgramFiles", r"C:\Program Files")
         candidates += [
-            str(PureWindowsPath(system_root, "System32", "nvidia-smi.exe")),
-            str(PureWindowsPath(program_files, "NVIDIA Corporation", "NVSMI", "nvidia-smi.exe")),
+            str(PureWindowsPath(roots.system_root, "System32", "nvidia-smi.exe")),
+            str(PureWindowsPath(roots.program_files, "NVIDIA Corporation", "NVSMI",
+                                "nvidia-smi.exe")),
         ]
     return candidates
 
@@ -112,8 +111,35 @@ def parse_proc_driver_version(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _probe_nvml() -> tuple[list[Gpu], str | None] | None:
-    if os.environ.get("SAGEDOCTOR_SKIP_NVML"):
+def _nvml_text(value: object) -> str:
+    # pynvml returns bytes on old versions, str on new ones; a broken driver may return junk.
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def gpu_from_nvml(index: int, name: object, capability: object, memory_total: object) -> Gpu:
+    """One NVML device record -> Gpu; values that do not fit are left unknown, not trusted."""
+    cc: str | None = None
+    if (isinstance(capability, tuple) and len(capability) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 100
+                    for v in capability)):
+        cc = f"{capability[0]}.{capability[1]}"
+    memory = (memory_total // (1024 * 1024)
+              if isinstance(memory_total, int) and not isinstance(memory_total, bool)
+              and memory_total >= 0 else None)
+    text = _nvml_text(name).strip() or "NVIDIA GPU"
+    if cc is None:
+        cc = compute_capability_from_name(text)
+        return Gpu(index, "nvidia", text, cc, memory, "name-table" if cc else "unknown")
+    return Gpu(index, "nvidia", text, cc, memory)
+
+
+def nvml_driver(value: object) -> str | None:
+    text = _nvml_text(value).strip()
+    return text if re.fullmatch(r"\d+(\.\d+)+", text) else None
+
+
+def _probe_nvml(roots: HostRoots) -> tuple[list[Gpu], str | None] | None:
+    if not roots.nvml:
         return None
     if sys.platform.startswith("linux"):
         # Loading the library is the cheap test; importing pynvml costs ~20 ms for nothing
@@ -131,24 +157,22 @@ def _probe_nvml() -> tuple[list[Gpu], str | None] | None:
     except Exception:  # NVMLError_LibraryNotFound and friends: fall back to nvidia-smi
         return None
     try:
-        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = nvml_driver(pynvml.nvmlSystemGetDriverVersion())
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(handle)
-            name = name.decode() if isinstance(name, bytes) else str(name)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
-            gpus.append(Gpu(i, "nvidia", name, f"{major}.{minor}", memory))
-        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+            gpus.append(gpu_from_nvml(i, pynvml.nvmlDeviceGetName(handle),
+                                      tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
+                                      pynvml.nvmlDeviceGetMemoryInfo(handle).total))
         return gpus, driver
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
 
 
-def _probe_nvidia_smi(os_name: str, notes: list[str]) -> tuple[list[Gpu], str | None] | None:
-    for exe in nvidia_smi_candidates(os_name, os.environ):
+def _probe_nvidia_smi(os_name: str, notes: list[str],
+                      roots: HostRoots) -> tuple[list[Gpu], str | None] | None:
+    for exe in nvidia_smi_candidates(os_name, roots):
         try:
             result = run_tool([exe, f"--query-gpu={QUERY_FIELDS}", "--format=csv,noheader"])
         except ToolMissing:
@@ -177,18 +201,19 @@ def _probe_nvidia_smi(os_name: str, notes: list[str]) -> tuple[list[Gpu], str | 
     return None
 
 
-def _other_vendor_gpus(os_name: str, machine: str) -> list[Gpu]:
+def _other_vendor_gpus(os_name: str, machine: str, roots: HostRoots) -> list[Gpu]:
     """AMD, Intel and Apple GPUs, found only well enough to name them."""
     if os_name == "darwin":
         return [Gpu(0, "apple", f"Apple GPU ({machine or 'Metal'})", None, None, "unknown")]
     found: list[Gpu] = []
-    drm = Path("/sys/class/drm")
+    drm = roots.sys / "class" / "drm"
     if os_name == "linux" and drm.is_dir():
         for index, card in enumerate(sorted(drm.glob("card[0-9]*"))):
             if "-" in card.name:
                 continue
             try:
-                vendor_id = (card / "device" / "vendor").read_text(encoding="ascii").strip()
+                vendor_id = (card / "device" / "vendor").read_text(
+                    encoding="ascii", errors="replace").strip()
             except OSError:
                 continue
             vendor = _PCI_VENDORS.get(vendor_id.lower())
@@ -198,13 +223,15 @@ def _other_vendor_gpus(os_name: str, machine: str) -> list[Gpu]:
     return found
 
 
-def probe_gpu(os_name: str | None = None, machine: str = "") -> GpuFacts:
+def probe_gpu(os_name: str | None = None, machine: str = "",
+              roots: HostRoots | None = None) -> GpuFacts:
     os_name = os_name or sys.platform.replace("win32", "windows")
+    roots = roots or HostRoots.from_env(os.environ)
     notes: list[str] = []
-    nvidia = _probe_nvml()
+    nvidia = _probe_nvml(roots)
     source = "nvml"
     if nvidia is None:
-        nvidia = _probe_nvidia_smi(os_name, notes)
+        nvidia = _probe_nvidia_smi(os_name, notes, roots)
         source = "nvidia-smi"
     gpus: list[Gpu] = list(nvidia[0]) if nvidia else []
     driver = nvidia[1] if nvidia else None
@@ -212,12 +239,12 @@ def probe_gpu(os_name: str | None = None, machine: str = "") -> GpuFacts:
         source = "none"
         if os_name == "linux":
             try:
-                text = Path("/proc/driver/nvidia/version").read_text(encoding="utf-8")
+                text = read_head(roots.proc / "driver" / "nvidia" / "version")
             except OSError:
                 text = ""
             driver = parse_proc_driver_version(text)
             if driver:
                 source = "proc"
                 notes.append("the NVIDIA driver is loaded but no tool listed its GPUs")
-    gpus += _other_vendor_gpus(os_name, machine)
+    gpus += _other_vendor_gpus(os_name, machine, roots)
     return GpuFacts(tuple(gpus), driver, source, tuple(notes))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -59,7 +60,7 @@ def locate_invokeai(choice: RootChoice, os_name: str) -> InvokeAIFacts:
         installed=python.exists(),
         venv=str(root / ".venv") if python.exists() else None,
         config_path=str(config),
-        config_exists=config.is_file(),
+        config_exists=config.exists() or config.is_symlink(),  # a folder or FIFO is said
     )
 
 
@@ -69,20 +70,39 @@ def read_config(facts: InvokeAIFacts) -> InvokeAIFacts:
         return facts
     path = Path(facts.config_path)
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            # A FIFO would block the read; a folder cannot be InvokeAI's config.
+            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            return replace(facts, config_error=f"{path} is {kind}; InvokeAI cannot read it")
+        if info.st_size > MAX_CONFIG_BYTES:
             return replace(facts, config_error=f"{path} is larger than 1 MB; not read")
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)  # it may grow between stat and read
     except OSError as exc:
         return replace(facts, config_error=f"cannot read {path}: {exc.strerror or exc}")
+    return parse_config(facts, raw)
+
+
+def parse_config(facts: InvokeAIFacts, raw: bytes) -> InvokeAIFacts:
+    """The settings sagedoctor reads from invokeai.yaml's bytes; a problem is config_error."""
+    path = facts.config_path
+    if len(raw) > MAX_CONFIG_BYTES:
+        return replace(facts, config_error=f"{path} is larger than 1 MB; not read")
     import yaml  # only here: most runs have no invokeai.yaml to read
 
     # InvokeAI reads it in the locale's encoding; UTF-8 covers what it writes on every OS
     # we meet, and undecodable bytes must not stop the check.
-    text = raw.decode("utf-8", errors="replace")
+    text = raw.decode("utf-8-sig", errors="replace")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        return replace(facts, config_error=f"{path} is not valid YAML: {str(exc).splitlines()[0]}")
+        first = (str(exc).strip().splitlines() or ["a syntax error"])[0]
+        return replace(facts, config_error=f"{path} is not valid YAML: {first}")
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # PyYAML's constructors raise these for values such as a date with month 13.
+        why = "nested too deeply" if isinstance(exc, RecursionError) else f"{exc}"[:120]
+        return replace(facts, config_error=f"{path} is not valid YAML: {why}")
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import platform
 import re
-from pathlib import Path
 
 from ..facts import SystemFacts
+from .roots import HostRoots, read_head
 
 _MACHINE_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}
 
@@ -32,7 +32,8 @@ def _linux_memory_gib(meminfo: str) -> float | None:
     return round(int(match.group(1)) / 1024 / 1024, 1) if match else None
 
 
-def probe_system() -> SystemFacts:
+def probe_system(roots: HostRoots | None = None) -> SystemFacts:
+    proc = (roots or HostRoots()).proc
     system = platform.system().lower() or "unknown"
     release = platform.release()
     version = platform.version()
@@ -40,11 +41,11 @@ def probe_system() -> SystemFacts:
     memory: float | None = None
     if system == "linux":
         try:
-            proc_version = Path("/proc/version").read_text(encoding="utf-8", errors="replace")
+            proc_version = read_head(proc / "version")
         except OSError:
             proc_version = ""
         try:
-            memory = _linux_memory_gib(Path("/proc/meminfo").read_text(encoding="utf-8"))
+            memory = _linux_memory_gib(read_head(proc / "meminfo"))
         except OSError:
             memory = None
     return SystemFacts(

@@ -11,9 +11,12 @@ import packaging
 
 from ..errors import FactsFileError, TargetError
 from ..facts import TargetFacts, parse_record
-from ..proc import ToolMissing, ToolTimeout, run_tool
+from ..proc import ToolMissing, ToolOutputTooLarge, ToolTimeout, run_tool
+from ..settings import number_from_env
 
 TARGET_TIMEOUT_S = 20.0
+# The answer is a few kB; a broken or hostile interpreter must not fill our memory.
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
 
 
 def venv_python(venv: PurePath, os_name: str) -> PurePath:
@@ -43,20 +46,61 @@ def _script_text() -> str:
     return Path(__file__).with_name("target_script.py").read_text(encoding="utf-8")
 
 
-def probe_target(python: Path) -> TargetFacts:
-    if not python.exists():
-        raise TargetError(
-            f"the interpreter {python} does not exist",
-            "pass --venv DIR (the folder holding bin/ or Scripts\\) or --python EXE",
-        )
+def _dangling(path: Path) -> str | None:
+    """Where a broken symlink points, or None if ``path`` is not one."""
+    try:
+        if path.is_symlink() and not path.exists():
+            return os.readlink(path)
+    except OSError:
+        return None
+    return None
+
+
+def missing_target_error(python: Path, venv: Path | None) -> TargetError:
+    """Why the interpreter is not there, said in terms of what the user passed."""
+    fix = "pass --venv DIR (the folder holding bin/ or Scripts\\) or --python EXE"
+    if venv is not None:
+        link = _dangling(venv)
+        if link is not None:
+            return TargetError(f"--venv {venv} is a link to {link}, which does not exist", fix)
+        if not venv.exists():
+            return TargetError(f"--venv {venv} does not exist", fix)
+        if not venv.is_dir():
+            return TargetError(f"--venv {venv} is a file, not a folder",
+                               "pass the venv's folder, or --python EXE for an interpreter")
+    link = _dangling(python)
+    if link is not None:
+        return TargetError(f"the interpreter {python} is a link to {link}, which does not exist",
+                           "the Python this venv was made from is gone: recreate the venv")
+    if venv is not None:
+        return TargetError(f"{venv} has no {python.relative_to(venv)}: it is not a virtual "
+                           "environment, or a broken one", fix)
+    return TargetError(f"the interpreter {python} does not exist", fix)
+
+
+def probe_target(python: Path, venv: Path | None = None) -> TargetFacts:
+    try:
+        present = python.is_file()
+    except OSError as exc:
+        raise TargetError(f"cannot look at {python}: {exc.strerror or exc}",
+                          "give this user read access to the venv, or pass another one") from exc
+    if not present:
+        if python.is_dir():
+            raise TargetError(f"--python {python} is a folder, not an interpreter",
+                              "pass the python executable itself, or --venv DIR")
+        raise missing_target_error(python, venv)
     # Our own packaging, appended last, only serves a target that has neither packaging nor pip.
     fallback = str(Path(packaging.__file__).parent.parent)
-    timeout = float(os.environ.get("SAGEDOCTOR_TARGET_TIMEOUT", TARGET_TIMEOUT_S))
+    timeout = number_from_env(os.environ, "SAGEDOCTOR_TARGET_TIMEOUT", TARGET_TIMEOUT_S)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONIOENCODING"] = "utf-8"
     try:
         result = run_tool([str(python), "-I", "-", fallback], timeout=timeout, env=env,
-                          input_text=_script_text())
+                          input_text=_script_text(), max_output_bytes=MAX_ANSWER_BYTES)
+    except ToolOutputTooLarge as exc:
+        raise TargetError(f"{python} answered with more than {MAX_ANSWER_BYTES // 2**20} MB",
+                          "run it by hand: something in that venv prints at start-up "
+                          "(a sitecustomize or .pth file)") from exc
     except ToolMissing as exc:
         raise TargetError(f"cannot start {python}", "check that the venv is intact") from exc
     except ToolTimeout as exc:
@@ -69,8 +113,10 @@ def probe_target(python: Path) -> TargetFacts:
         )
     try:
         data = json.loads(result.stdout)
-    except json.JSONDecodeError as exc:
-        raise TargetError(f"{python} answered with something that is not JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # ValueError: also ints past the digit limit
+        problem = exc if isinstance(exc, ValueError) else "nested too deeply"
+        raise TargetError(f"{python} answered with something that is not JSON: {problem}") \
+            from None
     try:
         return parse_record(TargetFacts, data, "target", str(python))
     except FactsFileError as exc:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..facts import ToolchainFacts
 from ..proc import ToolMissing, ToolTimeout, run_tool
+from .roots import HostRoots
 
 
 def parse_nvcc_version(text: str) -> str | None:
@@ -111,14 +112,16 @@ def _version_of(argv: list[str], parse: object) -> str | None:
     return parse(result.stdout)  # type: ignore[operator, no-any-return]
 
 
-def probe_toolchain(os_name: str, env: Mapping[str, str] | None = None,
-                   usr_local: Path = Path("/usr/local"),
-                   program_files: Path | None = None) -> ToolchainFacts:
+def probe_toolchain(os_name: str, roots: HostRoots | None = None,
+                    env: Mapping[str, str] | None = None, usr_local: Path | None = None,
+                    program_files: Path | None = None) -> ToolchainFacts:
     env = os.environ if env is None else env
+    roots = roots or HostRoots.from_env(env)
+    usr_local = usr_local or roots.cuda_default.parent
     suffix = ".exe" if os_name == "windows" else ""
     if program_files is None and os_name == "windows":
-        program_files = Path(env.get("ProgramFiles", "C:\\Program Files"))
-    which = shutil.which("nvcc", path=env.get("PATH"))
+        program_files = Path(roots.program_files)
+    which = shutil.which("nvcc", path=roots.path)
     nvcc_on_path = Path(which) if which else None
     candidates = [inspect_candidate(home, source, suffix) for home, source in
                   cuda_home_candidates(env, os_name, nvcc_on_path, usr_local, program_files)]
@@ -127,8 +130,8 @@ def probe_toolchain(os_name: str, env: Mapping[str, str] | None = None,
     nvcc = (chosen.nvcc if chosen else next((c.nvcc for c in candidates if c.has_nvcc),
                                              str(nvcc_on_path) if nvcc_on_path else None))
     nvcc_version = _version_of([nvcc, "--version"], parse_nvcc_version) if nvcc else None
-    gcc = shutil.which("gcc")
-    ninja = shutil.which("ninja")
+    gcc = shutil.which("gcc", path=roots.path)
+    ninja = shutil.which("ninja", path=roots.path)
     return ToolchainFacts(
         cuda_home=chosen.home if chosen else None,
         nvcc_path=nvcc if nvcc_version else None,

@@ -229,6 +229,16 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                           "/usr/local (from nvcc on PATH): no include/cuda_runtime.h"]}}),
     "linux-cuda-home-points-nowhere": (LINUX_H200, {"toolchain": {"cuda_home_rejected": [
         "/opt/cuda-12.4 (from CUDA_HOME): no bin/nvcc, no include/cuda_runtime.h"]}}),
+    # What the last `sagedoctor verify` recorded (the state store), as the probe reads it.
+    "linux-h200-sageattn-wrong": (LINUX_H200, {"verification": {
+        "status": "verified", "verdict": "sdpa-only", "verified_at": "2026-12-02T10:00:00+00:00",
+        "sageattention": "2.2.0", "torch": "2.11.0", "wrong_sageattn": [
+            {"gpu": "GPU-5b2d9d0e-0000-0000-0000-000000000000", "name": "NVIDIA H200",
+             "arch": "9.0", "kernel": "sage_fp8_sm90"}]}}),
+    "linux-h200-verify-stale": (LINUX_H200, {"verification": {
+        "status": "verified", "verdict": "routing", "verified_at": "2026-11-01T10:00:00+00:00",
+        "sageattention": "2.1.1", "torch": "2.10.0", "wrong_sageattn": []}}),
+    "windows-4090-unverified": (WIN_4090, {"verification": {"status": "corrupt"}}),
     "windows-invokeai-sliced": (WIN_4090, {"invokeai": {"attention_type": "sliced"}}),
     "windows-rtx5090-torch213-ready": (WIN_4090, {
         "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 5090", "12.0", 32607)],

@@ -1,0 +1,87 @@
+"""Errors a user can act on: the real CLI process, each failure named with its fix, on stderr."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.standins import clean_env, run_cli
+
+
+def test_a_usage_error_exits_64_not_2(tmp_path: Path) -> None:
+    result = run_cli(["check", "--no-such-option"], clean_env(tmp_path))
+    assert result.returncode == 64
+    assert "unrecognized arguments" in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("SAGEDOCTOR_TIMEOUT", "five"), ("SAGEDOCTOR_TARGET_TIMEOUT", "-1"),
+    ("SAGEDOCTOR_MIN_COSINE", "2"), ("SAGEDOCTOR_RUNTIME", "maybe"),
+])
+def test_a_bad_setting_names_the_variable(tmp_path: Path, variable: str, value: str) -> None:
+    env = clean_env(tmp_path)
+    env[variable] = value
+    result = run_cli(["check", "system"], env)
+    assert result.returncode == 3
+    assert "SD905" in result.stderr and variable in result.stderr and "fix:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_json_report_survives_a_console_that_cannot_show_the_path(tmp_path: Path) -> None:
+    env = clean_env(tmp_path)
+    env["PYTHONIOENCODING"] = "cp1252"
+    venv = tmp_path / "Проект venv"
+    result = run_cli(["check", "python", "--json", "--venv", str(venv)], env)
+    assert "Traceback" not in result.stderr
+    report = json.loads(result.stdout)
+    assert str(venv) in json.dumps(report, ensure_ascii=False)
+
+
+def test_venv_that_is_a_file_or_a_dangling_link_says_so(tmp_path: Path) -> None:
+    a_file = tmp_path / "venv.txt"
+    a_file.write_text("", encoding="utf-8")
+    link = tmp_path / "gone venv"
+    link.symlink_to(tmp_path / "deleted")
+    for venv, said in ((a_file, "is a file, not a folder"), (link, "which does not exist")):
+        result = run_cli(["check", "python", "--json", "--venv", str(venv)], clean_env(tmp_path))
+        report = json.loads(result.stdout)
+        detail = next(f["detail"] for f in report["findings"] if f["code"] == "SD190")
+        assert said in detail, detail
+
+
+@pytest.mark.parametrize("kind", ["binary", "folder", "fifo", "deep"])
+def test_a_facts_file_that_is_not_a_report_is_sd901(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "facts.json"
+    if kind == "binary":
+        path.write_bytes(b"\xff\xfe\x00garbage\x80")
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text("[" * 100_000, encoding="utf-8")
+    result = run_cli(["check", "--facts", str(path)], clean_env(tmp_path), timeout=30)
+    assert result.returncode == 3
+    assert "SD901" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_corrupt_refreshed_index_is_moved_aside_by_refresh(tmp_path: Path) -> None:
+    from tests.standins import local_server
+    from tests.test_index import _Api  # the recorded GitHub answers on a local server
+
+    env = clean_env(tmp_path)
+    user = tmp_path / "home" / ".config" / "sagedoctor" / "wheels_index.toml"
+    user.parent.mkdir(parents=True)
+    user.write_bytes(b"\x00 not toml [[[")
+    fixtures = Path(__file__).parent / "fixtures" / "github_releases.json"
+    _Api.pages = json.loads(fixtures.read_text(encoding="utf-8"))["pages"]
+    _Api.requests = []
+    with local_server(_Api) as url:
+        result = run_cli(["index", "refresh", "--api", url], env)
+    assert result.returncode == 0, result.stderr
+    assert "moved to" in result.stderr
+    assert user.with_name("wheels_index.toml.corrupt").read_bytes() == b"\x00 not toml [[["
+    assert user.is_file()
