@@ -22,6 +22,8 @@ from typing import Any
 SHAPES = {  # name: (batch, heads, tokens, head_dim)
     "sdxl-1024": (2, 10, 4096, 64),
     "flux-1024": (1, 24, 4608, 128),
+    "flux-1536": (1, 24, 9728, 128),  # at the Hopper crossover
+    "flux-1792": (1, 24, 13312, 128),  # between two lengths verify measures: timed live
     "flux-2048": (1, 24, 16896, 128),
     "wan-720p": (1, 40, 32760, 128),
 }
@@ -80,7 +82,8 @@ def main() -> int:
     dtype = getattr(torch, args.dtype)
     rows = []
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__}, {args.dtype}, runtime "
-          f"{runtime.__name__}, calibration {router.calibration or 'none (timed per call)'}")
+          f"{runtime.__name__}, stored decisions "
+          f"{sum(len(g.decisions) for g in router.calibration.gpus.values()) or 'none'}")
     print(f"{'shape':<10} {'SDPA ms':>8} {'sageattn ms':>11} {'scope ms':>9} {'scope/best':>10} "
           f"{'routed to':<22} {'sageattn() cos':>14}")
     for name, (b, h, s, d) in SHAPES.items():
