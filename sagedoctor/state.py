@@ -115,7 +115,8 @@ def forget_routing(prefix: Path) -> None:
 def default_post_update(prefix: Path) -> tuple[str, ...]:
     import sys
 
-    return (sys.executable, "-m", "sagedoctor", "post-update", "--venv", str(prefix))
+    # Until `sagedoctor post-update` exists, a repair starts with verifying again.
+    return (sys.executable, "-m", "sagedoctor", "verify", "--venv", str(prefix))
 
 
 def record_verification(prefix: Path, python: Path, verdict: str, fingerprint: dict[str, Any],

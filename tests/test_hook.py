@@ -112,7 +112,7 @@ def test_enable_arms_the_router_for_every_python_of_the_venv(
     assert not info["armed"]
 
 
-def test_a_venv_changed_since_verify_keeps_sdpa_and_names_post_update(
+def test_a_venv_changed_since_verify_keeps_sdpa_and_names_the_command_to_run(
         venv: tuple[Path, dict[str, str]]) -> None:
     python, env = venv
     fingerprint = live_fingerprint(python, env)
@@ -127,7 +127,7 @@ def test_a_venv_changed_since_verify_keeps_sdpa_and_names_post_update(
     lines = ours(stderr)
     assert len(lines) == 1, stderr
     assert lines[0].startswith("sagedoctor: torch changed since the last verify")
-    assert f"`sagedoctor post-update --venv {python.parent.parent}`" in lines[0]
+    assert f"`sagedoctor verify --venv {python.parent.parent}`" in lines[0]
 
 
 def test_a_record_without_stat_data_compares_versions(

@@ -99,7 +99,8 @@ def runtime_switched_off() -> bool:
 
 
 def post_update_hint(prefix: str | None = None) -> str:
-    return f"sagedoctor post-update --venv {prefix or sys.prefix}"
+    # `sagedoctor post-update` (re-verify and repair) is not built yet: verify says what changed.
+    return f"sagedoctor verify --venv {prefix or sys.prefix}"
 
 
 def should_arm(prefix: str | None = None) -> bool:
