@@ -110,8 +110,10 @@ def unchanged_since_verify(prefix: Path) -> tuple[bool, str]:
     except (OSError, ValueError):
         return False, "the venv's arming record is missing"
     fingerprint = armed.get("fingerprint") if isinstance(armed, dict) else None
-    saved = fingerprint.get("stat") if isinstance(fingerprint, dict) else None
-    if not isinstance(saved, dict) or armed.get("verdict") != "routing":
+    if not isinstance(fingerprint, dict) or armed.get("verdict") != "routing":
+        return False, "the venv's arming record is not a passing one"
+    saved = fingerprint.get("stat")
+    if not isinstance(saved, dict):
         return False, "the venv's arming record has no stat fingerprint"
     python = venv_python_version(prefix)
     if python is None or python != fingerprint.get("python"):
@@ -119,7 +121,8 @@ def unchanged_since_verify(prefix: Path) -> tuple[bool, str]:
     changed = stat_differences(saved, dist_stats(venv_site_dirs(prefix)))
     if changed:
         return False, ", ".join(changed) + " changed"
-    dists = fingerprint.get("dists") if isinstance(fingerprint.get("dists"), dict) else {}
+    dists = fingerprint.get("dists")
+    dists = dists if isinstance(dists, dict) else {}
     what = ", ".join(f"{n} {v}" for n, v in sorted(dists.items()) if v)
     return True, f"verified {record.verified_at}" + (f" ({what})" if what else "")
 

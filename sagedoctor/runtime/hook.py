@@ -164,7 +164,7 @@ def maybe_auto_repair(saved: Mapping[str, Any], prefix: str | None = None) -> No
             subprocess.Popen([*argv, "--yes"], stdin=subprocess.DEVNULL, stdout=log,
                              stderr=subprocess.STDOUT, **flags)
     except OSError:
-        try:
+        try:  # noqa: SIM105 (no contextlib: the hook loads as little as it can)
             os.unlink(marker)  # not started: a later start may try again
         except OSError:
             pass
