@@ -207,13 +207,8 @@ def run_post_update(options: PostUpdateOptions, out: TextIO | None = None) -> in
 
 
 def _slow_path(options: PostUpdateOptions, stream: TextIO) -> int:
-    from .. import __version__
     from ..areas import AREAS
-    from ..index import load_index
     from ..probe import ProbeOptions, collect_facts
-    from ..render_plan import render_plan_text
-    from ..resolve import Blocked, ResolveOptions, resolve_plan
-    from ..state import forget_routing
 
     probe = ProbeOptions(venv=options.venv, python=options.python, root=options.root,
                          areas=AREAS)
@@ -225,7 +220,22 @@ def _slow_path(options: PostUpdateOptions, stream: TextIO) -> int:
                               + (f": {failure.message}" if failure else ""),
                               "pass --venv DIR or --python EXE")
     python, prefix = Path(target.executable), Path(target.prefix)
-    _remove_marker(prefix)
+    try:
+        return _reverify_and_repair(options, stream, facts, probe, python, prefix)
+    finally:
+        _remove_marker(prefix)
+
+
+def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any, probe: Any,
+                         python: Path, prefix: Path) -> int:
+    from .. import __version__
+    from ..index import load_index
+    from ..probe import collect_facts
+    from ..render_plan import render_plan_text
+    from ..resolve import Blocked, ResolveOptions, resolve_plan
+    from ..state import forget_routing
+
+    target = facts.target
     old = _what_changed(prefix, {"python": target.python_version, "dists": {
         "torch": target.torch.version if target.torch else None,
         "triton": target.triton, "triton-windows": target.triton_windows,
