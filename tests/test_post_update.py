@@ -10,6 +10,7 @@ SageAttention stand-ins are real distributions in a real venv, the archive comes
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,7 @@ SAGE_BUILT_FOR_2_10 = (
 
 APP = r"""
 import json
+import os
 import torch.nn.functional as F
 # the hook's trampoline wraps the real SDPA (a builtin, which has no __wrapped__)
 print(json.dumps({"armed": hasattr(F.scaled_dot_product_attention, "__wrapped__")}))
@@ -275,3 +277,33 @@ def test_auto_repair_starts_post_update_once_and_it_removes_its_marker(app: App)
     assert "verifying again" in text and "repaired and verified" in text, text
     armed, lines = run_app(app)
     assert armed and lines == []
+
+
+def _check_codes(app: App) -> dict[str, dict]:
+    done = run_cli(["check", "--json", "--venv", str(app.root / ".venv")], app.env)
+    assert done.stdout, done.stderr
+    return {f["code"]: f for f in json.loads(done.stdout)["findings"]}
+
+
+def test_check_names_post_update_after_an_invokeai_launcher_update(app: App) -> None:
+    """The launcher writes <install>/.first_run after each install or update and rewrites
+    <install>/.launcher-bootstrap/; both newer than the last verify mean torch may be new."""
+    bootstrap = app.root / ".launcher-bootstrap"
+    bootstrap.mkdir()
+    (bootstrap / "uv.lock").write_text("version = 1\n", encoding="utf-8")
+    (app.root / ".first_run").write_text("", encoding="utf-8")
+    found = _check_codes(app)
+    assert "SD187" in found and "no verify since" in found["SD187"]["detail"]
+    assert "SD188" not in found  # no verify to compare with: SD169's business
+    assert found["SD187"]["fix"] == f"sagedoctor post-update --venv '{app.root / '.venv'}'"
+
+    verify_and_enable(app)
+    assert not {"SD187", "SD188"} & set(_check_codes(app))  # the verify came after both
+
+    later = time.time() + 60  # the next launcher update, a minute after the verify
+    for path in (app.root / ".first_run", bootstrap, bootstrap / "uv.lock"):
+        os.utime(path, (later, later))
+    found = _check_codes(app)
+    assert {"SD187", "SD188"} <= set(found)
+    assert "last verify" in found["SD188"]["detail"]
+    assert found["SD188"]["severity"] == "warn"
