@@ -12,7 +12,7 @@ from ..errors import SagedoctorError
 from ..facts import TargetFacts
 
 HOOK_FILE = "sagedoctor-runtime.pth"
-HOOK_LINE = "import sagedoctor_runtime.hook; sagedoctor_runtime.hook.install()\n"
+HOOK_LINE = "import sagedoctor_runtime.start; sagedoctor_runtime.start.install()\n"
 
 
 class EnableError(SagedoctorError):

@@ -6,10 +6,6 @@ load on first use: the start-up hook imports this package in every interpreter o
 venv and must stay cheap.
 """
 
-from __future__ import annotations
-
-import importlib
-
 MYPY = False  # typing.TYPE_CHECKING without importing typing (3 ms at every start)
 if MYPY:
     from typing import Any
@@ -34,10 +30,12 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib  # here: the start-up hook imports this package at every start
+
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value

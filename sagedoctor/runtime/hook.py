@@ -1,41 +1,47 @@
 """The start-up hook: `sagedoctor enable` puts one line in a .pth file of the venv that
-imports this module and calls `install()`. At interpreter start that only registers an import
-watcher; when `torch.nn.functional` is first imported it checks that the venv still matches what
-`sagedoctor verify` proved (Python, torch, triton, SageAttention) and, if so, puts a
+imports .start and calls `install()`. At interpreter start that only registers an import
+watcher; when `torch.nn.functional` is first imported this module checks that the venv still
+matches what `sagedoctor verify` proved (Python, torch, triton, SageAttention) and, if so, puts a
 trampoline in place of `scaled_dot_product_attention` that switches the router on in global
 mode at the first call. Standard library only until then; never raises into the app.
-"""
 
-from __future__ import annotations
+No `from __future__ import annotations` here or in the package's __init__ (importing
+__future__ is 0.1 ms of every start): annotations that name typing-only types are strings.
+"""
 
 import os
 import sys
 
+# What interpreter start runs lives in .start; its names stay importable from here (a .pth
+# line written by an older `enable` calls hook.install()).
+from .start import OFF_ENV as OFF_ENV
+from .start import TARGET as TARGET
+from .start import FunctionalWatcher as FunctionalWatcher
+from .start import _warn
+from .start import install as install
+from .start import runtime_switched_off as runtime_switched_off
+
 MYPY = False  # typing.TYPE_CHECKING without importing typing: this runs at every start
 if MYPY:
     from collections.abc import Callable, Mapping, Sequence
-    from importlib.machinery import ModuleSpec
-    from types import ModuleType
     from typing import Any
 
-TARGET = "torch.nn.functional"
 FINGERPRINT_DISTS = ("torch", "triton", "triton-windows", "sageattention")
-OFF_ENV = "SAGEDOCTOR_RUNTIME"
 AUTO_REPAIR_ENV = "SAGEDOCTOR_AUTO_REPAIR"
 
 
-def verified_path(prefix: str | None = None) -> str:
+def verified_path(prefix: "str | None" = None) -> str:
     return os.path.join(prefix or sys.prefix, "sagedoctor", "verified.json")
 
 
-def site_dirs() -> list[str]:
+def site_dirs() -> "list[str]":
     """The site-packages folders this interpreter imports from, in sys.path order."""
     return [entry for entry in sys.path
             if entry.replace("\\", "/").rstrip("/").lower().endswith("site-packages")
             and os.path.isdir(entry)]
 
 
-def dist_stats(dirs: Sequence[str]) -> dict[str, list[Any] | None]:
+def dist_stats(dirs: "Sequence[str]") -> "dict[str, list[Any] | None]":
     """Per fingerprinted dist: [dist-info name, RECORD size, RECORD mtime_ns], first found.
     A listdir and a few stat() calls: an upgrade by pip or uv rewrites the dist-info."""
     out: dict[str, list[Any] | None] = dict.fromkeys(FINGERPRINT_DISTS)
@@ -58,7 +64,7 @@ def dist_stats(dirs: Sequence[str]) -> dict[str, list[Any] | None]:
     return out
 
 
-def live_fingerprint() -> dict[str, Any]:
+def live_fingerprint() -> "dict[str, Any]":
     from importlib import metadata
 
     dists: dict[str, str | None] = {}
@@ -71,12 +77,12 @@ def live_fingerprint() -> dict[str, Any]:
             "stat": dist_stats(site_dirs())}
 
 
-def stat_differences(saved: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
+def stat_differences(saved: "Mapping[str, Any]", live: "Mapping[str, Any]") -> "list[str]":
     """Which fingerprinted dists were installed, removed or rewritten since the verify."""
     return [name for name in sorted(set(saved) | set(live)) if saved.get(name) != live.get(name)]
 
 
-def fingerprint_differences(saved: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
+def fingerprint_differences(saved: "Mapping[str, Any]", live: "Mapping[str, Any]") -> "list[str]":
     """What changed since the verified state, as 'torch 2.11.0 -> 2.12.0'."""
     out = []
     if saved.get("python") != live.get("python"):
@@ -89,20 +95,11 @@ def fingerprint_differences(saved: Mapping[str, Any], live: Mapping[str, Any]) -
     return out
 
 
-def _warn(message: str) -> None:
-    sys.stderr.write(f"sagedoctor: {message}\n")
-
-
-def runtime_switched_off() -> bool:
-    """SAGEDOCTOR_RUNTIME=off (or 0, false, no, sdpa): scope, global mode and hook stay off."""
-    return os.environ.get(OFF_ENV, "").strip().lower() in ("off", "0", "false", "no", "sdpa")
-
-
-def post_update_hint(prefix: str | None = None) -> str:
+def post_update_hint(prefix: "str | None" = None) -> str:
     return f"sagedoctor post-update --venv {prefix or sys.prefix}"
 
 
-def should_arm(prefix: str | None = None) -> bool:
+def should_arm(prefix: "str | None" = None) -> bool:
     """Only a verify with verdict 'routing' whose fingerprint still matches arms the hook.
     Every failure is one line on stderr at most, and SDPA stays in use."""
     import json
@@ -139,7 +136,7 @@ def should_arm(prefix: str | None = None) -> bool:
     return True
 
 
-def maybe_auto_repair(saved: Mapping[str, Any], prefix: str | None = None) -> None:
+def maybe_auto_repair(saved: "Mapping[str, Any]", prefix: "str | None" = None) -> None:
     """SAGEDOCTOR_AUTO_REPAIR=1: start the recorded post-update command once, detached.
     A marker created with O_EXCL makes later interpreter starts leave it alone; post-update
     removes it when done and holds the venv's install lock while it verifies, and the
@@ -170,12 +167,12 @@ def maybe_auto_repair(saved: Mapping[str, Any], prefix: str | None = None) -> No
             pass
 
 
-def arm(functional: Any, enable: Callable[[], Any] | None = None) -> None:
+def arm(functional: "Any", enable: "Callable[[], Any] | None" = None) -> None:
     """Replace SDPA with a trampoline: modules that bind the name at import get it too."""
     real = functional.scaled_dot_product_attention
     state: dict[str, Any] = {}
 
-    def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> Any:
+    def scaled_dot_product_attention(*args: "Any", **kwargs: "Any") -> "Any":
         router = state.get("router")
         if router is None:
             try:
@@ -195,59 +192,7 @@ def arm(functional: Any, enable: Callable[[], Any] | None = None) -> None:
     functional.scaled_dot_product_attention = scaled_dot_product_attention
 
 
-def _enable_global() -> Any:
+def _enable_global() -> "Any":
     from .router import enable_global
 
     return enable_global()
-
-
-class _WrapLoader:
-    def __init__(self, inner: Any, after: Callable[[ModuleType], None]) -> None:
-        self.inner = inner
-        self.after = after
-
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
-        create = getattr(self.inner, "create_module", None)
-        return create(spec) if create else None
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.inner.exec_module(module)  # an import error propagates, as without the hook
-        try:
-            self.after(module)
-        except Exception as exc:
-            _warn(f"start-up hook failed ({exc}); SageAttention stays off")
-
-
-class FunctionalWatcher:
-    """Sees the first import of torch.nn.functional, then steps aside."""
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
-        if fullname != TARGET:
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find else None
-            if spec is not None and spec.loader is not None:
-                spec.loader = _WrapLoader(spec.loader, _on_functional_loaded)
-                found: ModuleSpec = spec
-                return found
-        return None
-
-
-def _on_functional_loaded(module: ModuleType) -> None:
-    if should_arm():
-        arm(module)
-
-
-def install() -> None:
-    if runtime_switched_off():
-        return
-    loaded = sys.modules.get(TARGET)
-    if loaded is not None:
-        _on_functional_loaded(loaded)
-    elif not any(isinstance(f, FunctionalWatcher) for f in sys.meta_path):
-        sys.meta_path.insert(0, FunctionalWatcher())
-
