@@ -307,3 +307,27 @@ def test_check_names_post_update_after_an_invokeai_launcher_update(app: App) -> 
     assert {"SD187", "SD188"} <= set(found)
     assert "last verify" in found["SD188"]["detail"]
     assert found["SD188"]["severity"] == "warn"
+
+
+def test_a_wrong_build_put_in_by_hand_is_found_and_replaced_by_the_pinned_source(
+        app: App) -> None:
+    """The device scenario on the CPU: a verified venv, then a v2.2.0-like build whose
+    sageattn() returns garbage installed by hand; post-update finds it wrong and rebuilds."""
+    from tests.test_install_kit import SAGE_GARBAGE, sage_wheel
+
+    verify_and_enable(app)
+    wrong = sage_wheel(app.root / "by hand", "2.2.0", kernel=SAGE_GARBAGE)
+    Installer.for_target(app.python).install([str(wrong)])
+    with serving() as site:
+        site.routes["/SageAttention.tar.gz"] = source_archive(app.root)
+        done = run_cli(["post-update", "--python", str(app.python), "--yes", "--quick",
+                        "--source-url", site.url("/SageAttention.tar.gz")], app.env,
+                       timeout=600)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert out.startswith("sagedoctor: sageattention rewritten since the last verify")
+    assert "the verify found `sageattn()` wrong on cpu" in out
+    assert "Build SageAttention from source" in out and "d1a57a5" in out
+    assert "repaired and verified" in out
+    armed, lines = run_app(app)
+    assert armed and lines == []

@@ -240,28 +240,46 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
         "torch": target.torch.version if target.torch else None,
         "triton": target.triton, "triton-windows": target.triton_windows,
         "sageattention": target.sageattention.version if target.sageattention else None}})
-    stream.write("sagedoctor: " + (", ".join(old) if old else "the venv's files changed")
+    if not old:  # same versions, rewritten files (a reinstall, a build put in by hand)
+        same, why = unchanged_since_verify(prefix)
+        old = [why.removesuffix(" changed") + " rewritten"] if not same and why.endswith(
+            " changed") else []
+    stream.write("sagedoctor: " + (", ".join(old) if old else "the venv changed")
                  + " since the last verify; verifying again\n")
     stream.flush()
+    from ..diagnose import recorded_wrong_sageattn
+    from .install import _recover_first
+
     verdict, crashed = _verify(python, prefix, options.quick_verify, stream)
-    if verdict == "routing":
+    facts = collect_facts(probe)  # with the record the verify just wrote
+    # A wrong `sageattn()` is repaired even where the router found a good kernel: ComfyUI,
+    # KJNodes and diffusers call it directly (SD167).
+    wrong = recorded_wrong_sageattn(facts)
+    if verdict == "routing" and not wrong:
         stream.write("post-update: verified again; SageAttention stays on\n")
         return EXIT_OK
     rebuild = needs_rebuild(verdict, crashed, target.sageattention is not None)
-    from .install import _recover_first
-
-    _recover_first(facts, stream)  # a killed install's journal is rolled back first
-    facts = collect_facts(probe)  # with the record the verify just wrote
+    if _recover_first(facts, stream):  # a killed install's journal is rolled back first
+        facts = collect_facts(probe)
     index = load_index(options.index_file)
     result = resolve_plan(facts, index, ResolveOptions(
         source_dir=str(options.source_dir.resolve()) if options.source_dir else None,
         use_linux_indexes=options.use_linux_indexes, rebuild=rebuild))
     changing = not isinstance(result, Blocked) and any(
         s.action != "verify" for s in result.steps)
+    # The router's own kernels stay in use where this verify proved them ("routing"); the
+    # venv's arming record is gone already where it did not.
+    routing = verdict == "routing"
     if not changing:
-        forget_routing(prefix)
         if isinstance(result, Blocked):
             stream.write(render_plan_text(result, header="post-update: cannot repair:"))
+        if routing:
+            stream.write("post-update: `sageattn()` is wrong here and nothing sagedoctor can "
+                         "install replaces the build; the router keeps using the kernels "
+                         "verify proved, but apps that call sageattn() directly (ComfyUI "
+                         "--use-sage-attention, KJNodes, diffusers) get wrong output.\n")
+            return EXIT_NOT_VERIFIED
+        forget_routing(prefix)
         why = {"sdpa-only": "no kernel is both correct and faster here, and no other build "
                             "is known to be",
                "broken": "SageAttention does not work, and nothing sagedoctor can install "
@@ -271,24 +289,28 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
         return EXIT_NOT_VERIFIED
     assert not isinstance(result, Blocked)
     reason = ("the installed SageAttention was built for the old torch and no longer works"
-              if rebuild else "the verify found the installed build wrong or mismatched")
+              if rebuild else "the verify found `sageattn()` wrong on "
+              + ", ".join(f"{w.name} ({w.gpu})" for w in wrong) if wrong
+              else "the verify found the installed build mismatched")
     stream.write(f"post-update: {reason}; the repair:\n")
     stream.write(render_plan_text(result, header=f"index: {index.source}"))
     stream.flush()
-    fix = (f"sagedoctor post-update --venv {prefix} --yes"
+    from ..diagnose import quote
+    from ..probe.target import current_os
+
+    fix = (f"sagedoctor post-update --venv {quote(str(prefix), current_os())} --yes"
            + (f" --source-url {options.source_url}" if options.source_url else "")
            + (f" --source {options.source_dir}" if options.source_dir else "")
            + (" --offline" if options.offline else ""))
     try:
         confirmed = _confirm(stream, options.yes, fix)
     except ConfirmationNeeded as exc:
-        forget_routing(prefix)
         stream.flush()
         print(f"sagedoctor: error {exc.code}: {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return EXIT_NOT_VERIFIED
     if not confirmed:
-        forget_routing(prefix)
-        stream.write(f"post-update: not repaired; routing stays off. Later: `{fix}`\n")
+        state = "the verified kernels stay in use" if routing else "routing stays off"
+        stream.write(f"post-update: not repaired; {state}. Later: `{fix}`\n")
         return EXIT_NOT_VERIFIED
     return _repair(result, options, python, prefix, stream, __version__)
 
@@ -309,7 +331,7 @@ def _repair(plan: Any, options: PostUpdateOptions, python: Path, prefix: Path,
         execute_plan(plan, progress, _log_dir(), version,
                      offline=options.offline, source_url=url)
     except SagedoctorError as exc:
-        forget_routing(prefix)
+        # Rolled back: the venv is as the last verify found it, and so is its record.
         raise RepairFailed(f"the repair failed, and the venv was put back as it was: "
                            f"{exc.message}", exc.fix or "read the log named above") from exc
     verdict, _crashed = _verify(python, prefix, options.quick_verify, stream)
