@@ -9,13 +9,19 @@ With --torch (this interpreter's torch is put on both venvs' path by a .pth line
 times `import torch.nn.functional`, where the hook compares the stat fingerprint of a matching
 verify record and arms the trampoline: the cost an app pays once per start.
 
-    python benchmarks/bench_hook_start.py [--runs 200] [--torch]
+With --setuptools both venvs also get setuptools' start-up line (distutils-precedence.pth and
+_distutils_hack, copied from this interpreter), as app venvs on Python >= 3.12 have it (torch
+requires setuptools there): its import pays for the first look into site-packages, which in a
+bare venv the hook pays. The PASS line judges the bare venvs.
+
+    python benchmarks/bench_hook_start.py [--runs 200] [--torch] [--setuptools]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,11 +38,16 @@ from sagedoctor.install.bundle import build_runtime_wheel  # noqa: E402
 from sagedoctor.install.runner import Installer  # noqa: E402
 
 
-def make_venv(path: Path, wheel: Path, torch_path: str | None) -> tuple[Path, Path]:
+def make_venv(path: Path, wheel: Path, torch_path: str | None,
+              setuptools: bool = False) -> tuple[Path, Path]:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     python = path / "bin" / "python"
     Installer.for_target(python).install([str(wheel)])
     site = next(path.glob("lib/python3*/site-packages"))
+    if setuptools:
+        here = Path(sysconfig.get_paths()["purelib"])
+        shutil.copy2(here / "distutils-precedence.pth", site)
+        shutil.copytree(here / "_distutils_hack", site / "_distutils_hack")
     if torch_path:
         (site / "zz-torch.pth").write_text(torch_path + "\n", encoding="utf-8")
     # Bytecode as pip (and the InvokeAI launcher's --compile-bytecode) leave it; without it
@@ -93,7 +104,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--torch", action="store_true",
                         help="also time `import torch.nn.functional` (needs torch here)")
+    parser.add_argument("--setuptools", action="store_true",
+                        help="also time venvs with setuptools' start-up line, as app venvs")
     args = parser.parse_args()
+    here = Path(sysconfig.get_paths()["purelib"])
+    if args.setuptools and not (here / "distutils-precedence.pth").is_file():
+        sys.exit(f"no setuptools start-up line in {here}")
     torch_path = sysconfig.get_paths()["purelib"] if args.torch else None
     with tempfile.TemporaryDirectory(prefix="bench-hook ") as tmp:
         wheel = build_runtime_wheel(Path(tmp) / "wheel", "0.1.0")
@@ -103,6 +119,13 @@ def main() -> None:
         print(f"{args.runs} paired starts, Python {sys.version.split()[0]}, "
               "target <= 1 ms and <= 5 % added")
         ok = report("python -c pass          ", *paired(plain, hooked, "pass", args.runs))
+        if args.setuptools:
+            app_plain, _ = make_venv(Path(tmp) / "app plain", wheel, None, setuptools=True)
+            app_hooked, app_site = make_venv(Path(tmp) / "app hooked", wheel, None,
+                                             setuptools=True)
+            (app_site / HOOK_FILE).write_text(HOOK_LINE, encoding="utf-8")
+            report("  with setuptools' .pth ", *paired(app_plain, app_hooked, "pass",
+                                                      args.runs))
         if args.torch:
             write_matching_record(hooked)
             # the hooked venv must really arm, the plain one must not
