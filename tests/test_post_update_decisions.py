@@ -80,3 +80,11 @@ def test_launcher_markers_newer_than_the_verify_are_warnings_with_the_command() 
     unverified = VerificationFacts("unverified")
     assert [f.code for f in launcher_update_findings(_inv(after, after), unverified,
                                                      "windows")] == ["SD187"]
+
+
+def test_a_missing_venv_is_an_error_with_the_fix(tmp_path: Path) -> None:
+    from tests.standins import clean_env, run_cli
+
+    done = run_cli(["post-update", "--venv", str(tmp_path / "no such venv")], clean_env(tmp_path))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "sagedoctor: error SD9" in done.stderr and "fix:" in done.stderr

@@ -189,10 +189,8 @@ def _what_changed(prefix: Path, live: dict[str, Any]) -> list[str]:
 def run_post_update(options: PostUpdateOptions, out: TextIO | None = None) -> int:
     stream = out or sys.stdout
     prefix = venv_prefix_of(options)
-    if prefix is not None:
-        if not (prefix / "pyvenv.cfg").is_file():
-            raise PostUpdateError(f"{prefix} is not a virtual environment (no pyvenv.cfg)",
-                                  "pass --venv DIR of the app's venv, or --python EXE")
+    # Not a venv (a conda env, no pyvenv.cfg): no fast path; the probe says what it is.
+    if prefix is not None and (prefix / "pyvenv.cfg").is_file():
         same, detail = unchanged_since_verify(prefix)
         if same:
             _remove_marker(prefix)
@@ -229,11 +227,13 @@ def _slow_path(options: PostUpdateOptions, stream: TextIO) -> int:
 def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any, probe: Any,
                          python: Path, prefix: Path) -> int:
     from .. import __version__
+    from ..diagnose import recorded_wrong_sageattn
     from ..index import load_index
     from ..probe import collect_facts
     from ..render_plan import render_plan_text
     from ..resolve import Blocked, ResolveOptions, resolve_plan
     from ..state import forget_routing
+    from .install import _recover_first
 
     target = facts.target
     old = _what_changed(prefix, {"python": target.python_version, "dists": {
@@ -247,9 +247,6 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     stream.write("sagedoctor: " + (", ".join(old) if old else "the venv changed")
                  + " since the last verify; verifying again\n")
     stream.flush()
-    from ..diagnose import recorded_wrong_sageattn
-    from .install import _recover_first
-
     verdict, crashed = _verify(python, prefix, options.quick_verify, stream)
     facts = collect_facts(probe)  # with the record the verify just wrote
     # A wrong `sageattn()` is repaired even where the router found a good kernel: ComfyUI,
