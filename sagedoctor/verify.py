@@ -57,8 +57,11 @@ class KeyResult:
         return f"{self.arch}|{self.dtype}|{self.head_dim}"
 
 
-def run_selftest(python: Path, quick: bool, timeout: float = 1800) -> dict[str, Any]:
+def run_selftest(python: Path, quick: bool, timeout: float = 1800,
+                 fresh: bool = False) -> dict[str, Any]:
+    """`fresh`: measure as if no earlier run had stored decisions for this build."""
     argv = [str(python), "-m", f"{PACKAGE}.selftest", "--json"] + (["--quick"] if quick else [])
+    argv += ["--fresh"] if fresh else []
     try:
         done = run_tool(argv, timeout=timeout)
     except ToolTimeout:

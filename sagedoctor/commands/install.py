@@ -104,7 +104,7 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
 
 
 def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
-               out: TextIO | None = None, repeat: int = 1) -> int:
+               out: TextIO | None = None, repeat: int = 1, fresh: bool = False) -> int:
     import datetime
 
     from ..state import record_verification
@@ -125,7 +125,7 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
     runs = []
     signatures = []
     for number in range(1, max(1, repeat) + 1):
-        report = run_selftest(python, quick)
+        report = run_selftest(python, quick, fresh=fresh and number == 1)
         results = key_results(report)
         when = datetime.datetime.now(datetime.timezone.utc).isoformat()
         data = calibration(report, when)
