@@ -112,6 +112,7 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
         agreement,
         calibration,
         key_results,
+        render_app_shapes,
         render_table,
         run_selftest,
         run_signature,
@@ -144,6 +145,7 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
         stream.write(render_table(results))
         if report.get("error"):
             stream.write(f"self-test: {report['error']}\n")
+        stream.write(render_app_shapes(data))
         stream.write(f"decisions written to {path}\n")
         stream.write({
             "routing": "verdict: SageAttention is used where the table says; "
@@ -163,7 +165,8 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
     elif repeat > 1:
         stream.write(f"agreement over {agreed['runs']} runs: verdicts {agreed['keys_agreeing']}"
                      f" of {agreed['keys']} keys, decisions {agreed['shapes_agreeing']} of "
-                     f"{agreed['shapes']} shapes\n")
+                     f"{agreed['shapes']} shapes, app shapes {agreed['app_shapes_agreeing']} of "
+                     f"{len(agreed['app_shapes'])}\n")
         for line in agreed["flipped"]:
             stream.write(f"  flipped: {line}\n")
     stable = agreed["keys_agreeing"] == agreed["keys"]
