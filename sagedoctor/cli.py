@@ -113,6 +113,30 @@ def build_parser() -> argparse.ArgumentParser:
                         help="decide every shape anew, ignoring what earlier runs stored")
     verify.add_argument("--json", action="store_true")
     verify.add_argument("-v", "--verbose", action="store_true")
+    post = sub.add_parser(
+        "post-update", help="after an app update: verify again and repair what it broke",
+        description="Unchanged since a passing verify: exit 0 at once. Otherwise verify again, "
+                    "plan the repair (a rebuild for the new torch, another wheel or "
+                    "triton-windows), carry it out through the install transaction and verify "
+                    "once more. Exit codes: 0 verified, 1 routing off (not repairable here, or "
+                    "the repair not confirmed), 3 sagedoctor or the repair failed, 64 a usage "
+                    "error.")
+    _target_options(post)
+    post.add_argument("--index", type=Path, metavar="FILE",
+                      help="use this wheels_index.toml instead of the shipped one")
+    post.add_argument("--source", type=Path, metavar="DIR",
+                      help="Linux: rebuild SageAttention from this source folder")
+    post.add_argument("--no-wheel-index", action="store_true",
+                      help="Linux: skip third-party wheel indexes, build from source")
+    post.add_argument("-v", "--verbose", action="store_true",
+                      help="tracebacks of sagedoctor's own errors")
+    post.add_argument("--yes", action="store_true", help="carry out the repair without asking")
+    post.add_argument("--offline", action="store_true",
+                      help="use only the download cache; fail if something is missing")
+    post.add_argument("--source-url", metavar="URL",
+                      help="Linux: fetch the pinned source archive from here (https, or http "
+                           "on 127.0.0.1/localhost)")
+    post.add_argument("--quick", action="store_true", help="a short verify sweep")
     for name, text in (("enable", "switch the runtime on for every Python of the target venv "
                                   "(a start-up hook; needs a passing `verify`)"),
                        ("disable", "remove the start-up hook again")):
@@ -228,6 +252,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_install(InstallOptions(_plan_options(args), dry_run=args.dry_run,
                                               quick_verify=args.quick, offline=args.offline,
                                               source_url=args.source_url))
+        if args.command == "post-update":
+            from .commands.post_update import PostUpdateOptions, run_post_update
+
+            if args.source is not None and not args.source.is_dir():
+                parser.error(f"--source {args.source}: not a folder")
+            return run_post_update(PostUpdateOptions(
+                venv=args.venv, python=args.python, root=args.root, index_file=args.index,
+                source_dir=args.source, source_url=args.source_url,
+                use_linux_indexes=not args.no_wheel_index, offline=args.offline,
+                yes=args.yes, quick_verify=args.quick))
         if args.command == "index":
             from .commands.index import run_refresh
 

@@ -14,6 +14,7 @@ from .facts import (
     Facts,
     Gpu,
     GpuFacts,
+    InvokeAIFacts,
     SystemFacts,
     TargetFacts,
     ToolchainFacts,
@@ -463,12 +464,51 @@ def check_invokeai(facts: Facts) -> list[Finding]:
         out.append(finding("SD183", "warn", inv.config_error))
     if inv.attention_type == "sliced":
         out.append(finding("SD185", "warn", f"{inv.config_path} sets attention_type: sliced"))
+    out += launcher_update_findings(inv, facts.verification,
+                                    facts.system.os if facts.system else "linux")
     if package is not None and package.attention_backend_supported is False:
         out.append(finding("SD182", "info", f"InvokeAI {package.version}"))
         if inv.attention_backend is not None:
             out.append(finding("SD184", "error",
                                f"{inv.config_path} sets attention_backend: "
                                f"{inv.attention_backend}"))
+    return out
+
+
+def _after(when: str | None, than: str | None) -> bool:
+    """Whether ISO time `when` is later than `than` (no `than`: yes)."""
+    import datetime
+
+    if when is None:
+        return False
+    if than is None:
+        return True
+    try:
+        a, b = datetime.datetime.fromisoformat(when), datetime.datetime.fromisoformat(than)
+        if (a.tzinfo is None) != (b.tzinfo is None):
+            return True  # not comparable: say it rather than stay silent
+        return a > b
+    except ValueError:
+        return True
+
+
+def launcher_update_findings(inv: InvokeAIFacts, record: VerificationFacts | None,
+                             os_name: str) -> list[Finding]:
+    """InvokeAI's launcher markers newer than the last verify: torch may have changed."""
+    verified_at = record.verified_at if record is not None and record.status == "verified" \
+        else None
+    separator = "\\" if os_name == "windows" else "/"
+    venv = inv.venv or (f"{inv.root}{separator}.venv" if inv.root else "VENV")
+    fix = f"sagedoctor post-update --venv {quote(venv, os_name)}"
+    out = []
+    if _after(inv.first_run_at, verified_at):
+        out.append(finding("SD187", "warn", f"the launcher installed or updated InvokeAI at "
+                           f"{inv.first_run_at} (its .first_run marker)"
+                           + (f"; last verify {verified_at}" if verified_at else
+                              "; no verify since"), fix))
+    if verified_at is not None and _after(inv.bootstrap_changed_at, verified_at):
+        out.append(finding("SD188", "warn", f".launcher-bootstrap changed at "
+                           f"{inv.bootstrap_changed_at}; last verify {verified_at}", fix))
     return out
 
 

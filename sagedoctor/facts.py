@@ -129,6 +129,11 @@ class InvokeAIFacts:
     attention_type: str | None = None
     attention_backend: str | None = None
     config_error: str | None = None
+    # InvokeAI launcher markers (UTC, ISO 8601): `.first_run` is written by every launcher
+    # install or update and removed at the first start; `.launcher-bootstrap/` is rewritten by
+    # every update of InvokeAI >= 6.14 (its uv.lock drives `uv sync --inexact --frozen`).
+    first_run_at: str | None = None
+    bootstrap_changed_at: str | None = None
 
 
 @dataclass(frozen=True)

@@ -211,6 +211,17 @@ _KINDS = [
                 "routing it to SageAttention can do nothing there.",
                 "Set `attention_type: auto` (or `torch-sdp`) in invokeai.yaml, or remove the "
                 "line."),
+    FindingKind("SD187", "invokeai", "InvokeAI launcher update not verified",
+                "The launcher's `.first_run` marker says it installed or updated InvokeAI and "
+                "InvokeAI has not started since; no verify came after it. An update can "
+                "replace torch in place, which breaks a SageAttention build made for the old "
+                "one.",
+                "`sagedoctor post-update --venv VENV` before starting InvokeAI."),
+    FindingKind("SD188", "invokeai", "InvokeAI launcher changed the venv after the last verify",
+                "The launcher rewrote `.launcher-bootstrap/` (the release's uv.lock, applied "
+                "with `uv sync --inexact --frozen`) after the last verify: torch may have been "
+                "replaced.",
+                "`sagedoctor post-update --venv VENV`."),
     FindingKind("SD201", "sageattention", "No SageAttention wheel for this combination",
                 "No Windows wheel in the index serves this torch, CUDA major and Python. "
                 "There are none for torch < 2.5, CUDA 11 or CPU torch; post5 and post6 need "

@@ -40,6 +40,9 @@ class ResolveOptions:
     use_linux_indexes: bool = True
     enable_invokeai: bool = True
     runtime_version: str = __version__
+    # post-update: the installed build stopped working (it no longer imports after a torch
+    # change), so it is replaced even where its files look complete.
+    rebuild: bool = False
 
 
 @dataclass(frozen=True)
@@ -254,7 +257,8 @@ def _windows_archs(index: WheelIndex, wheel_cuda: str) -> set[str]:
 
 
 def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
-                     gpus: list[Gpu]) -> tuple[list[Step], list[str], list[Finding]]:
+                     gpus: list[Gpu], rebuild: bool = False
+                     ) -> tuple[list[Step], list[str], list[Finding]]:
     assert target.torch is not None
     steps: list[Step] = []
     notes: list[str] = []
@@ -313,7 +317,7 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
         notes.append("verify found `sageattn()` wrong on "
                      + ", ".join(f"{w.name} ({w.gpu})" for w in wrong)
                      + f": {wheel.file} is installed in its place")
-    if wrong or not _windows_sage_is_correct(target, index, wheel, gpus):
+    if wrong or rebuild or not _windows_sage_is_correct(target, index, wheel, gpus):
         steps.append(Step(
             "install-wheel", f"Install {wheel.file}",
             _wheel_reason(wheel, target, torch_label, build.cuda_major),
@@ -451,7 +455,8 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
         notes.append("verify found `sageattn()` wrong on "
                      + ", ".join(f"{w.name} ({w.gpu})" for w in wrong)
                      + " with this build: it is replaced by a source build of the pinned commit")
-    elif _linux_sage_is_correct(target, gpus) and options.source_dir is None:
+    elif (_linux_sage_is_correct(target, gpus) and options.source_dir is None
+          and not options.rebuild):
         return steps, notes, []
 
     archs = [cc for cc in _cc_list(gpus) if cc in index.build.archs]
@@ -530,7 +535,7 @@ def resolve_plan(facts: Facts, index: WheelIndex,
     gpus = usable_gpus(_nvidia(facts), os_name)
     steps = _cleanup_steps(target)
     if os_name == "windows":
-        more, notes, problems = _resolve_windows(facts, target, index, gpus)
+        more, notes, problems = _resolve_windows(facts, target, index, gpus, options.rebuild)
         if options.source_dir:
             notes.append(f"--source {options.source_dir} is not used on Windows: the fork's "
                          "prebuilt wheels need no compiler")

@@ -115,8 +115,8 @@ def forget_routing(prefix: Path) -> None:
 def default_post_update(prefix: Path) -> tuple[str, ...]:
     import sys
 
-    # Until `sagedoctor post-update` exists, a repair starts with verifying again.
-    return (sys.executable, "-m", "sagedoctor", "verify", "--venv", str(prefix))
+    # What the hook's opt-in auto-repair starts (it adds --yes): verify again and repair.
+    return (sys.executable, "-m", "sagedoctor", "post-update", "--venv", str(prefix))
 
 
 def record_verification(prefix: Path, python: Path, verdict: str, fingerprint: dict[str, Any],

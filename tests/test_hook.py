@@ -127,7 +127,7 @@ def test_a_venv_changed_since_verify_keeps_sdpa_and_names_the_command_to_run(
     lines = ours(stderr)
     assert len(lines) == 1, stderr
     assert lines[0].startswith("sagedoctor: torch changed since the last verify")
-    assert f"`sagedoctor verify --venv {python.parent.parent}`" in lines[0]
+    assert f"`sagedoctor post-update --venv {python.parent.parent}`" in lines[0]
 
 
 def test_a_record_without_stat_data_compares_versions(

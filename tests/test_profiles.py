@@ -55,6 +55,7 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "linux-wrapper-nvcc-no-toolkit": ({"SD161", "SD175", "SD176"}, 1),
     "linux-cuda-home-points-nowhere": ({"SD175"}, 0),
     "windows-invokeai-sliced": ({"SD182", "SD185"}, 0),
+    "windows-invokeai-launcher-updated": ({"SD187", "SD188"}, 0),
     # After verify found sageattn() garbage on the H200 (tag v2.2.0 build): an error.
     "linux-h200-sageattn-wrong": ({"SD166", "SD167"}, 1),
     "linux-h200-verify-stale": ({"SD166", "SD168"}, 0),

@@ -32,7 +32,7 @@ def test_a_routing_verify_is_stored_twice_and_read_back(home: Path) -> None:
     assert status == "verified" and record is not None
     assert record.verdict == "routing" and record.results == results
     assert record.fingerprint["dists"]["torch"] == report["fingerprint"]["dists"]["torch"]
-    assert record.post_update[-3:] == ("verify", "--venv", str(prefix))
+    assert record.post_update[-3:] == ("post-update", "--venv", str(prefix))
     hook_copy = json.loads((prefix / "sagedoctor" / "verified.json").read_text("utf-8"))
     assert hook_copy["verdict"] == "routing" and hook_copy["fingerprint"] == record.fingerprint
     assert not list(path.parent.glob("*.tmp"))

@@ -47,6 +47,33 @@ def _looks_like_root(path: Path) -> bool:
     return (path / "invokeai.yaml").is_file() or (path / ".venv").is_dir()
 
 
+FIRST_RUN_MARKER = ".first_run"
+BOOTSTRAP_DIR = ".launcher-bootstrap"
+
+
+def _mtime_utc(*paths: Path) -> str | None:
+    """The newest modification time of these paths as UTC ISO 8601; None where none exists."""
+    import datetime
+
+    times = []
+    for path in paths:
+        try:
+            times.append(path.stat().st_mtime)
+        except OSError:
+            continue
+    if not times:
+        return None
+    return datetime.datetime.fromtimestamp(max(times), datetime.timezone.utc).isoformat()
+
+
+def launcher_markers(root: Path) -> tuple[str | None, str | None]:
+    """(when `.first_run` was written, when `.launcher-bootstrap/` last changed)."""
+    boot = root / BOOTSTRAP_DIR
+    bootstrap = _mtime_utc(boot, boot / "pyproject.toml", boot / "uv.lock") \
+        if boot.is_dir() else None
+    return _mtime_utc(root / FIRST_RUN_MARKER), bootstrap
+
+
 def locate_invokeai(choice: RootChoice, os_name: str) -> InvokeAIFacts:
     """Cheap filesystem facts about the chosen root; the config is read by read_config."""
     if choice.root is None:
@@ -54,6 +81,7 @@ def locate_invokeai(choice: RootChoice, os_name: str) -> InvokeAIFacts:
     root = choice.root
     python = Path(venv_python(root / ".venv", os_name))
     config = root / "invokeai.yaml"
+    first_run, bootstrap = launcher_markers(root)
     return InvokeAIFacts(
         root=str(root),
         root_source=choice.source,
@@ -61,6 +89,8 @@ def locate_invokeai(choice: RootChoice, os_name: str) -> InvokeAIFacts:
         venv=str(root / ".venv") if python.exists() else None,
         config_path=str(config),
         config_exists=config.exists() or config.is_symlink(),  # a folder or FIFO is said
+        first_run_at=first_run,
+        bootstrap_changed_at=bootstrap,
     )
 
 

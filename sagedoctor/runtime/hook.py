@@ -99,8 +99,7 @@ def runtime_switched_off() -> bool:
 
 
 def post_update_hint(prefix: str | None = None) -> str:
-    # `sagedoctor post-update` (re-verify and repair) is not built yet: verify says what changed.
-    return f"sagedoctor verify --venv {prefix or sys.prefix}"
+    return f"sagedoctor post-update --venv {prefix or sys.prefix}"
 
 
 def should_arm(prefix: str | None = None) -> bool:
@@ -142,7 +141,10 @@ def should_arm(prefix: str | None = None) -> bool:
 
 def maybe_auto_repair(saved: Mapping[str, Any], prefix: str | None = None) -> None:
     """SAGEDOCTOR_AUTO_REPAIR=1: start the recorded post-update command once, detached.
-    A marker created with O_EXCL makes later interpreter starts leave it alone."""
+    A marker created with O_EXCL makes later interpreter starts leave it alone; post-update
+    removes it when done and holds the venv's install lock while it verifies, and the
+    install transaction its own while it changes the venv. Its output goes to
+    <venv>/sagedoctor/auto-repair.log."""
     if os.environ.get(AUTO_REPAIR_ENV, "").strip() != "1":
         return
     argv = saved.get("post_update")
@@ -158,10 +160,14 @@ def maybe_auto_repair(saved: Mapping[str, Any], prefix: str | None = None) -> No
     flags: dict[str, Any] = {"start_new_session": True} if os.name != "nt" else {
         "creationflags": 0x00000008 | 0x00000200}  # DETACHED_PROCESS | NEW_PROCESS_GROUP
     try:
-        subprocess.Popen([*argv, "--yes"], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **flags)
+        with open(marker[:-len("started")] + "log", "ab") as log:
+            subprocess.Popen([*argv, "--yes"], stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=subprocess.STDOUT, **flags)
     except OSError:
-        return  # no contextlib here: the hook loads as little as it can
+        try:  # noqa: SIM105 (no contextlib: the hook loads as little as it can)
+            os.unlink(marker)  # not started: a later start may try again
+        except OSError:
+            pass
 
 
 def arm(functional: Any, enable: Callable[[], Any] | None = None) -> None:

@@ -12,8 +12,10 @@ is correct.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -22,7 +24,14 @@ from typing import Any
 from .accuracy import Comparison, Thresholds, compare
 from .decisions import Calibration, gpu_identity, shape_key
 from .hook import live_fingerprint
-from .measure import FULL, QUICK, MeasureSettings, cuda_event_timer, measure_pair
+from .measure import (
+    FULL,
+    QUICK,
+    MeasureSettings,
+    cuda_event_timer,
+    measure_pair,
+    perf_counter_timer,
+)
 from .registry import KernelRegistry, KernelSpec, default_registry
 
 SELFTEST_SCHEMA_VERSION = 1
@@ -34,6 +43,13 @@ SWEEP = (1024, 2048, 4096, 4608, 6144, 8192, 9216, 9728, 10240, 11264, 12288, 14
 QUICK_SWEEP = (1024, 4096, 16384)
 # (batch, heads) per head size: SDXL (2 x 10 heads of 64); FLUX (24 of 128) and Wan (40 of 128).
 SWEEP_SHAPES = {64: ((2, 10),), 128: ((1, 24), (1, 40))}
+# SAGEDOCTOR_SELFTEST_DEVICE=cpu: the same checks and sweep on the CPU, with `sageattn()` as
+# the one kernel, small shapes and wall-clock timing. For machines without a GPU running
+# stand-in builds (the tests); a real SageAttention has no CPU kernels.
+DEVICE_ENV = "SAGEDOCTOR_SELFTEST_DEVICE"
+CPU_CHECK_SHAPE = (1, 2, 256)
+CPU_SWEEP = (256, 512)
+CPU_SHAPES = ((1, 2),)
 SAGE_MODULES = ("_fused", "_qattn_sm80", "_qattn_sm89", "_qattn_sm90")
 # What upstream's `sageattn()` dispatches to per architecture (core.py at d1a57a5 and v2.2.0);
 # the Windows fork differs on sm86/87 (CUDA fp16) and sm75 (Triton).
@@ -71,10 +87,15 @@ def _inputs(torch: Any, device: Any, dtype: Any, shape: tuple[int, int, int], d:
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
+def _on(torch: Any, device: Any) -> Any:
+    """The device as current for CUDA; nothing to select on the CPU."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def _check(fn: Callable[..., Any], sdpa: Callable[..., Any], q: Any, k: Any, v: Any,
            torch: Any) -> Comparison | str:
     try:
-        with torch.cuda.device(q.device):
+        with _on(torch, q.device):
             out = fn(q, k, v, is_causal=False, scale=None)
         reference = sdpa(q.float(), k.float(), v.float()).to(q.dtype)
         return compare(out, reference)
@@ -90,13 +111,14 @@ def _describe(result: Comparison | str, thresholds: Thresholds) -> dict[str, Any
 
 
 def _sageattn_auto(torch: Any, device: Any, arch: tuple[int, int], dtype: Any, d: int,
-                   thresholds: Thresholds, sdpa: Callable[..., Any]) -> dict[str, Any]:
+                   thresholds: Thresholds, sdpa: Callable[..., Any],
+                   check_shape: tuple[int, int, int] = CHECK_SHAPE) -> dict[str, Any]:
     kernel = SAGEATTN_AUTO.get(arch)
     try:
         from sageattention import sageattn
     except Exception as exc:
         return {"kernel": kernel, "error": f"{type(exc).__name__}: {exc}"[:300]}
-    q, k, v = _inputs(torch, device, dtype, CHECK_SHAPE, d, outlier=False)
+    q, k, v = _inputs(torch, device, dtype, check_shape, d, outlier=False)
 
     def auto(q: Any, k: Any, v: Any, *, is_causal: bool, scale: float | None) -> Any:
         return sageattn(q, k, v, tensor_layout="HND", is_causal=is_causal, sm_scale=scale)
@@ -155,6 +177,10 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
     except Exception as exc:
         report["import"] = f"{type(exc).__name__}: {exc}"[:300]
     report["modules"] = _modules()
+    if os.environ.get(DEVICE_ENV, "").strip() == "cpu":
+        report["gpus"].append(_cpu_entry(torch, thresholds, sdpa, dtypes, head_dims,
+                                         settings))
+        return report
     if not torch.cuda.is_available():
         report["error"] = "torch sees no CUDA GPU"
         return report
@@ -181,19 +207,52 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
     return report
 
 
+def _cpu_registry() -> KernelRegistry:
+    registry = KernelRegistry()
+
+    def load() -> Callable[..., Any]:
+        from sageattention import sageattn
+
+        def kernel(q: Any, k: Any, v: Any, *, is_causal: bool, scale: float | None) -> Any:
+            return sageattn(q, k, v, tensor_layout="HND", is_causal=is_causal, sm_scale=scale)
+
+        return kernel
+
+    registry.register(KernelSpec("sageattn_cpu", "sageattn() on the CPU", load,
+                                 device_type="cpu"))
+    return registry
+
+
+def _cpu_entry(torch: Any, thresholds: Thresholds, sdpa: Callable[..., Any],
+               dtypes: tuple[str, ...], head_dims: tuple[int, ...],
+               settings: MeasureSettings) -> dict[str, Any]:
+    device = torch.device("cpu")
+    registry = _cpu_registry()
+    timer = perf_counter_timer(lambda: None)
+    gpu: dict[str, Any] = {"index": 0, "name": "cpu", "arch": "0.0", "uuid": None, "keys": []}
+    for dtype_name in dtypes:
+        for d in head_dims:
+            gpu["keys"].append(_test_key(torch, registry, thresholds, sdpa, timer, device,
+                                         (0, 0), dtype_name, getattr(torch, dtype_name), d,
+                                         CPU_SWEEP, CPU_SHAPES, settings, {}, "cpu",
+                                         CPU_CHECK_SHAPE))
+    return gpu
+
+
 def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
               sdpa: Callable[..., Any], timer: Any, device: Any,
               arch: tuple[int, int], dtype_name: str, dtype: Any, d: int,
               sweep: tuple[int, ...], shapes: tuple[tuple[int, int], ...],
-              settings: MeasureSettings, earlier: dict[str, Any]) -> dict[str, Any]:
+              settings: MeasureSettings, earlier: dict[str, Any], device_type: str = "cuda",
+              check_shape: tuple[int, int, int] = CHECK_SHAPE) -> dict[str, Any]:
     key: dict[str, Any] = {"dtype": dtype_name, "head_dim": d, "kernels": [], "chosen": None,
                            "sweep": [], "crossover": None,
                            "sageattn_auto": _sageattn_auto(torch, device, arch, dtype, d,
-                                                           thresholds, sdpa)}
-    normal = _inputs(torch, device, dtype, CHECK_SHAPE, d, outlier=False)
-    outlier = _inputs(torch, device, dtype, CHECK_SHAPE, d, outlier=True, seed=1)
+                                                           thresholds, sdpa, check_shape)}
+    normal = _inputs(torch, device, dtype, check_shape, d, outlier=False)
+    outlier = _inputs(torch, device, dtype, check_shape, d, outlier=True, seed=1)
     chosen: tuple[KernelSpec, Callable[..., Any]] | None = None
-    for spec in registry.candidates("cuda", arch, dtype_name, d):
+    for spec in registry.candidates(device_type, arch, dtype_name, d):
         entry: dict[str, Any] = {"name": spec.name, "label": spec.label}
         try:
             fn = registry.load(spec)
@@ -219,7 +278,7 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
             q, k, v = _inputs(torch, device, dtype, (batch, heads, tokens), d, outlier=False)
             before = earlier.get(shape_key(dtype_name, d, batch * heads, tokens, tokens, False))
             prior = before.route if before is not None and before.kernel == spec.name else None
-            with torch.cuda.device(device):
+            with _on(torch, device):
                 result = measure_pair(partial(fn, q, k, v, is_causal=False, scale=None),
                                       partial(sdpa, q, k, v), timer, settings, prior)
             del q, k, v

@@ -240,6 +240,15 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         "sageattention": "2.1.1", "torch": "2.10.0", "wrong_sageattn": []}}),
     "windows-4090-unverified": (WIN_4090, {"verification": {"status": "corrupt"}}),
     "windows-invokeai-sliced": (WIN_4090, {"invokeai": {"attention_type": "sliced"}}),
+    # The launcher updated InvokeAI after the last verify: .first_run is back and
+    # .launcher-bootstrap/ was rewritten (facts/invokeai.md 1.2).
+    "windows-invokeai-launcher-updated": (WIN_4090, {
+        "invokeai": {"first_run_at": "2026-12-03T09:30:00+00:00",
+                     "bootstrap_changed_at": "2026-12-03T09:29:58+00:00"},
+        "verification": {"status": "verified", "verdict": "routing",
+                         "verified_at": "2026-12-01T18:00:00+00:00",
+                         "sageattention": "2.2.0+cu130torch2.10.0andhigher.post6",
+                         "torch": "2.10.0+cu130", "wrong_sageattn": []}}),
     "windows-rtx5090-torch213-ready": (WIN_4090, {
         "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 5090", "12.0", 32607)],
                 "driver_version": "581.57"},

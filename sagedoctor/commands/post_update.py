@@ -1,0 +1,323 @@
+"""`sagedoctor post-update`: after an app update replaced torch (or anything the verify
+proved), verify again, plan the repair, carry it out through the install transaction and
+verify once more. Nothing changed since a passing verify: it says so and exits at once,
+from a few stat() calls, without starting the target interpreter.
+
+What cannot be repaired leaves routing off (the venv's arming record is gone) and says why.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import SagedoctorError
+
+EXIT_OK = 0
+EXIT_NOT_VERIFIED = 1  # routing stays off: not repairable here, or the plan was not confirmed
+
+
+class PostUpdateError(SagedoctorError):
+    """The venv to repair cannot be found or read."""
+
+    code = "SD950"
+
+
+class ConfirmationNeeded(SagedoctorError):
+    """A repair plan, but nobody to say yes: no terminal and no --yes."""
+
+    code = "SD951"
+
+
+class RepairFailed(SagedoctorError):
+    """The repair ran and failed (the transaction rolled the venv back)."""
+
+    code = "SD952"
+
+
+@dataclass(frozen=True)
+class PostUpdateOptions:
+    venv: Path | None = None
+    python: Path | None = None
+    root: Path | None = None
+    index_file: Path | None = None
+    source_dir: Path | None = None
+    source_url: str | None = None
+    use_linux_indexes: bool = True
+    offline: bool = False
+    yes: bool = False
+    quick_verify: bool = False
+
+
+# --- the fast path: pure decisions over files, no target process ----------------------------
+
+def venv_prefix_of(options: PostUpdateOptions) -> Path | None:
+    """The venv folder from --venv, or from --python where it sits in a venv's bin/ or
+    Scripts/; None where only the interpreter itself can say (a base or conda Python)."""
+    if options.venv is not None:
+        return options.venv
+    if options.python is not None:
+        folder = options.python.parent.parent
+        return folder if (folder / "pyvenv.cfg").is_file() else None
+    return None
+
+
+def venv_python_version(prefix: Path) -> str | None:
+    """pyvenv.cfg's `version` (venv, virtualenv) or `version_info` (uv): X.Y.Z."""
+    try:
+        text = (prefix / "pyvenv.cfg").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    values = {}
+    for line in text.splitlines()[:64]:
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip().lower()] = value.strip()
+    found = values.get("version_info") or values.get("version")
+    if not found:
+        return None
+    parts = found.split(".")
+    return ".".join(parts[:3]) if len(parts) >= 3 and all(p.isdigit() for p in parts[:3]) \
+        else None
+
+
+def venv_site_dirs(prefix: Path) -> list[str]:
+    """The venv's own site-packages (POSIX lib/pythonX.Y/, Windows Lib/)."""
+    found = sorted(str(p) for p in prefix.glob("lib/python3*/site-packages") if p.is_dir())
+    windows = prefix / "Lib" / "site-packages"
+    if windows.is_dir() and str(windows) not in found:
+        found.append(str(windows))
+    return found
+
+
+def unchanged_since_verify(prefix: Path) -> tuple[bool, str]:
+    """(True, what was verified) where a passing record's stat fingerprint still matches the
+    venv; else (False, why the slow path runs)."""
+    import json
+
+    from ..runtime.hook import dist_stats, stat_differences
+    from ..state import load_status, venv_record_path
+
+    status, record = load_status(prefix)
+    if record is None:
+        return False, "no verify record" if status == "unverified" else "the record is corrupt"
+    if record.verdict != "routing":
+        return False, f"the last verify's verdict was {record.verdict}"
+    try:
+        armed = json.loads(venv_record_path(prefix).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False, "the venv's arming record is missing"
+    fingerprint = armed.get("fingerprint") if isinstance(armed, dict) else None
+    if not isinstance(fingerprint, dict) or armed.get("verdict") != "routing":
+        return False, "the venv's arming record is not a passing one"
+    saved = fingerprint.get("stat")
+    if not isinstance(saved, dict):
+        return False, "the venv's arming record has no stat fingerprint"
+    python = venv_python_version(prefix)
+    if python is None or python != fingerprint.get("python"):
+        return False, f"python {fingerprint.get('python')} -> {python or 'unknown'}"
+    changed = stat_differences(saved, dist_stats(venv_site_dirs(prefix)))
+    if changed:
+        return False, ", ".join(changed) + " changed"
+    dists = fingerprint.get("dists")
+    dists = dists if isinstance(dists, dict) else {}
+    what = ", ".join(f"{n} {v}" for n, v in sorted(dists.items()) if v)
+    return True, f"verified {record.verified_at}" + (f" ({what})" if what else "")
+
+
+# --- the slow path ---------------------------------------------------------------------------
+
+def needs_rebuild(verdict: str | None, crashed: bool, has_sageattention: bool) -> bool:
+    """A build that no longer imports (or crashes the self-test) after an update was made
+    for the old torch: it is rebuilt (Linux) or its wheel reinstalled (Windows), even where
+    its files look complete. A wrong `sageattn()` is the plan's own business (SD167)."""
+    return has_sageattention and (crashed or verdict == "broken")
+
+
+def _confirm(stream: TextIO, yes: bool, fix: str) -> bool:
+    if yes:
+        return True
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise ConfirmationNeeded("the repair above needs a yes, and there is no terminal to "
+                                 "ask on; nothing was changed", fix)
+    stream.write("Carry out this repair? [y/N] ")
+    stream.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+def _verify(python: Path, prefix: Path, quick: bool, stream: TextIO) -> tuple[str | None, bool]:
+    """(verdict, crashed): the verify writes both records; a self-test that could not run
+    (the runtime missing, the interpreter crashing on import) counts as crashed."""
+    from ..install.lock import venv_lock, venv_state_dir
+    from ..state import forget_routing, load_record
+    from ..verify import VerifyError
+    from .install import run_verify
+
+    def say(message: str) -> None:
+        stream.write(f"  {message}\n")
+
+    try:
+        with venv_lock(venv_state_dir(prefix), prefix, say):  # no install runs meanwhile
+            run_verify(python, prefix, quick, False, stream)
+    except VerifyError as exc:
+        forget_routing(prefix)
+        stream.write(f"verify could not run: {exc.message}\n")
+        return None, True
+    record = load_record(prefix)
+    return (record.verdict if record else None), False
+
+
+def _remove_marker(prefix: Path) -> None:
+    # The hook's auto-repair starts post-update once per marker; done, the next change may
+    # start it again.
+    (prefix / "sagedoctor" / "auto-repair.started").unlink(missing_ok=True)
+
+
+def _what_changed(prefix: Path, live: dict[str, Any]) -> list[str]:
+    from ..runtime.hook import fingerprint_differences
+    from ..state import load_record
+
+    record = load_record(prefix)
+    if record is None:
+        return []
+    return fingerprint_differences(record.fingerprint, live)
+
+
+def run_post_update(options: PostUpdateOptions, out: TextIO | None = None) -> int:
+    stream = out or sys.stdout
+    prefix = venv_prefix_of(options)
+    if prefix is not None:
+        if not (prefix / "pyvenv.cfg").is_file():
+            raise PostUpdateError(f"{prefix} is not a virtual environment (no pyvenv.cfg)",
+                                  "pass --venv DIR of the app's venv, or --python EXE")
+        same, detail = unchanged_since_verify(prefix)
+        if same:
+            _remove_marker(prefix)
+            stream.write(f"sagedoctor: {prefix} is unchanged since the last passing verify "
+                         f"({detail}); nothing to do\n")
+            return EXIT_OK
+    try:
+        return _slow_path(options, stream)
+    finally:
+        if prefix is not None:
+            _remove_marker(prefix)
+
+
+def _slow_path(options: PostUpdateOptions, stream: TextIO) -> int:
+    from ..areas import AREAS
+    from ..probe import ProbeOptions, collect_facts
+
+    probe = ProbeOptions(venv=options.venv, python=options.python, root=options.root,
+                         areas=AREAS)
+    facts = collect_facts(probe)
+    target = facts.target
+    if target is None:
+        failure = facts.failure_for("target")
+        raise PostUpdateError("the target interpreter could not be inspected"
+                              + (f": {failure.message}" if failure else ""),
+                              "pass --venv DIR or --python EXE")
+    python, prefix = Path(target.executable), Path(target.prefix)
+    try:
+        return _reverify_and_repair(options, stream, facts, probe, python, prefix)
+    finally:
+        _remove_marker(prefix)
+
+
+def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any, probe: Any,
+                         python: Path, prefix: Path) -> int:
+    from .. import __version__
+    from ..index import load_index
+    from ..probe import collect_facts
+    from ..render_plan import render_plan_text
+    from ..resolve import Blocked, ResolveOptions, resolve_plan
+    from ..state import forget_routing
+
+    target = facts.target
+    old = _what_changed(prefix, {"python": target.python_version, "dists": {
+        "torch": target.torch.version if target.torch else None,
+        "triton": target.triton, "triton-windows": target.triton_windows,
+        "sageattention": target.sageattention.version if target.sageattention else None}})
+    stream.write("sagedoctor: " + (", ".join(old) if old else "the venv's files changed")
+                 + " since the last verify; verifying again\n")
+    stream.flush()
+    verdict, crashed = _verify(python, prefix, options.quick_verify, stream)
+    if verdict == "routing":
+        stream.write("post-update: verified again; SageAttention stays on\n")
+        return EXIT_OK
+    rebuild = needs_rebuild(verdict, crashed, target.sageattention is not None)
+    from .install import _recover_first
+
+    _recover_first(facts, stream)  # a killed install's journal is rolled back first
+    facts = collect_facts(probe)  # with the record the verify just wrote
+    index = load_index(options.index_file)
+    result = resolve_plan(facts, index, ResolveOptions(
+        source_dir=str(options.source_dir.resolve()) if options.source_dir else None,
+        use_linux_indexes=options.use_linux_indexes, rebuild=rebuild))
+    changing = not isinstance(result, Blocked) and any(
+        s.action != "verify" for s in result.steps)
+    if not changing:
+        forget_routing(prefix)
+        if isinstance(result, Blocked):
+            stream.write(render_plan_text(result, header="post-update: cannot repair:"))
+        why = {"sdpa-only": "no kernel is both correct and faster here, and no other build "
+                            "is known to be",
+               "broken": "SageAttention does not work, and nothing sagedoctor can install "
+                         "changes that"}.get(verdict or "", "the self-test could not run")
+        stream.write(f"post-update: routing is off for {prefix}: {why}. PyTorch SDPA stays "
+                     "in use; `sagedoctor check` says more.\n")
+        return EXIT_NOT_VERIFIED
+    assert not isinstance(result, Blocked)
+    reason = ("the installed SageAttention was built for the old torch and no longer works"
+              if rebuild else "the verify found the installed build wrong or mismatched")
+    stream.write(f"post-update: {reason}; the repair:\n")
+    stream.write(render_plan_text(result, header=f"index: {index.source}"))
+    stream.flush()
+    fix = (f"sagedoctor post-update --venv {prefix} --yes"
+           + (f" --source-url {options.source_url}" if options.source_url else "")
+           + (f" --source {options.source_dir}" if options.source_dir else "")
+           + (" --offline" if options.offline else ""))
+    try:
+        confirmed = _confirm(stream, options.yes, fix)
+    except ConfirmationNeeded as exc:
+        forget_routing(prefix)
+        stream.flush()
+        print(f"sagedoctor: error {exc.code}: {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+        return EXIT_NOT_VERIFIED
+    if not confirmed:
+        forget_routing(prefix)
+        stream.write(f"post-update: not repaired; routing stays off. Later: `{fix}`\n")
+        return EXIT_NOT_VERIFIED
+    return _repair(result, options, python, prefix, stream, __version__)
+
+
+def _repair(plan: Any, options: PostUpdateOptions, python: Path, prefix: Path,
+            stream: TextIO, version: str) -> int:
+    from ..install.execute import execute_plan
+    from ..state import forget_routing
+    from .install import InstallOptions, _log_dir, _source_url
+    from .plan import PlanOptions
+
+    def progress(message: str) -> None:
+        stream.write(f"  {message}\n")
+        stream.flush()
+
+    url = _source_url(InstallOptions(PlanOptions(), source_url=options.source_url))
+    try:  # the plan's verify step is run below, after the transaction, as `install` does
+        execute_plan(plan, progress, _log_dir(), version,
+                     offline=options.offline, source_url=url)
+    except SagedoctorError as exc:
+        forget_routing(prefix)
+        raise RepairFailed(f"the repair failed, and the venv was put back as it was: "
+                           f"{exc.message}", exc.fix or "read the log named above") from exc
+    verdict, _crashed = _verify(python, prefix, options.quick_verify, stream)
+    if verdict == "routing":
+        stream.write("post-update: repaired and verified; SageAttention is on again\n")
+        return EXIT_OK
+    forget_routing(prefix)
+    said = verdict or "that it cannot run"
+    stream.write(f"post-update: repaired, but the verify still says {said}; routing stays "
+                 "off (PyTorch SDPA in use)\n")
+    return EXIT_NOT_VERIFIED

@@ -1,0 +1,309 @@
+"""`sagedoctor post-update` end to end in a real venv: a stand-in torch 2.10 (+cu130 by its
+version.py, this machine's CPU torch underneath), a stand-in SageAttention build that only
+imports with the torch it was built for, the self-test's CPU mode, a fake nvidia-smi and CUDA
+toolkit on PATH, real uv for the launcher's upgrade and a real local HTTP server for the
+pinned source archive.
+
+Faked only at the process boundary: nvidia-smi, nvcc and gcc are executables, the torch and
+SageAttention stand-ins are real distributions in a real venv, the archive comes over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sagedoctor.install.bundle import build_runtime_wheel
+from sagedoctor.install.runner import Installer
+from tests.standins import EXT, H200, clean_env, fake_nvidia_smi, make_venv, run_cli
+from tests.test_install_kit import SAGE_GOOD, make_wheel, serving
+from tests.test_install_steps import source_archive
+
+torch = pytest.importorskip("torch")
+
+TORCH_VERSION_PY = (
+    "from typing import Optional\n"
+    "__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'rocm', 'xpu']\n"
+    "__version__ = '{version}+cu130'\n"
+    "debug = False\n"
+    "cuda: Optional[str] = '13.0'\n"
+    "git_version = 'stand-in'\n"
+    "hip: Optional[str] = None\n"
+    "rocm: Optional[str] = None\n"
+    "xpu: Optional[str] = None\n")
+
+# A build made against torch 2.10: with any other torch its compiled modules fail to load,
+# as a Linux build does after the launcher replaced torch (an undefined C++ symbol).
+SAGE_BUILT_FOR_2_10 = (
+    "import torch\n"
+    "if not torch.__version__.startswith('2.10.'):\n"
+    "    raise ImportError('sageattention/_qattn_sm90" + EXT + ": undefined symbol: "
+    "_ZN3c104impl3cow11cow_deleterEPv')\n" + SAGE_GOOD)
+
+APP = r"""
+import json
+import os
+import torch.nn.functional as F
+# the hook's trampoline wraps the real SDPA (a builtin, which has no __wrapped__)
+print(json.dumps({"armed": hasattr(F.scaled_dot_product_attention, "__wrapped__")}))
+"""
+
+
+@dataclass
+class App:
+    root: Path
+    python: Path
+    site: Path
+    env: dict[str, str]
+    wheels: Path
+
+
+def torch_wheel(out: Path, version: str) -> Path:
+    """A stand-in torch wheel: its only file is version.py, which says what it is (the probe
+    reads it, and `torch.__version__` comes from it)."""
+    return make_wheel(out, "torch", version,
+                      {"torch/version.py": TORCH_VERSION_PY.format(version=version)})
+
+
+def torch_farm(site: Path) -> None:
+    """The rest of site/torch: every entry of this machine's CPU torch by symlink. They are
+    in no RECORD, so an upgrade by uv replaces version.py alone."""
+    real = Path(torch.__file__).parent
+    for entry in real.iterdir():
+        if entry.name not in ("version.py", "__pycache__"):
+            (site / "torch" / entry.name).symlink_to(entry)
+
+
+def fake_toolkit(tmp_path: Path) -> tuple[Path, Path]:
+    """A CUDA 13.0 toolkit folder (bin/nvcc, include/cuda_runtime.h) and a gcc, as files."""
+    home = tmp_path / "cuda 13"
+    (home / "bin").mkdir(parents=True)
+    (home / "include").mkdir()
+    (home / "include" / "cuda_runtime.h").write_text("", encoding="utf-8")
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\n" + "".join(
+        f"echo '{line}'\n" for line in (H200 / "nvcc-version.txt").read_text(
+            encoding="utf-8").splitlines() if "'" not in line), encoding="utf-8")
+    nvcc.chmod(0o755)
+    tools = tmp_path / "bin"
+    tools.mkdir(exist_ok=True)
+    gcc = tools / "gcc"
+    gcc.write_text("#!/bin/sh\necho 'gcc (Ubuntu 13.3.0-6ubuntu2~24.04) 13.3.0'\n",
+                   encoding="utf-8")
+    gcc.chmod(0o755)
+    return home, tools
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[App]:
+    root = tmp_path / "invoke app ü" / ".venv"
+    site = make_venv(root)
+    python = root / "bin" / "python"
+    # numpy and the rest of torch's imports come from the test interpreter, by a path line
+    (site / "zz-from-tests.pth").write_text(sysconfig.get_paths()["purelib"] + "\n",
+                                            encoding="utf-8")
+    # Installed from real wheels with full RECORDs, as the app's installer leaves them.
+    first = tmp_path / "installed wheels"
+    Installer.for_target(python).install([str(w) for w in (
+        torch_wheel(first, "2.10.0"), make_wheel(first, "triton", "3.6.0", {}),
+        make_wheel(first, "sageattention", "2.2.0", {
+            "sageattention/__init__.py": SAGE_BUILT_FOR_2_10,
+            **{f"sageattention/{m}{EXT}": "" for m in ("_fused", "_qattn_sm90")}}),
+        build_runtime_wheel(tmp_path / "rt", "0.1.0"))])
+    torch_farm(site)
+    home, tools = fake_toolkit(tmp_path)
+    fake_nvidia_smi(tools, "replay", (H200 / "nvidia-smi-query.csv").read_text(encoding="utf-8"))
+    env = clean_env(tmp_path, tools)
+    env.update(CUDA_HOME=str(home), SAGEDOCTOR_SELFTEST_DEVICE="cpu",
+               SAGEDOCTOR_SMOKE_DEVICE="cpu",
+               # a kernel that ties SDPA on the CPU counts as faster: the decision, not the
+               # timing, is under test here
+               SAGEDOCTOR_ROUTE_MARGIN="0.5")
+    wheels = tmp_path / "wheels"
+    torch_wheel(wheels, "2.13.0")
+    make_wheel(wheels, "triton", "3.7.0", {})
+    yield App(root.parent, python, site, env, wheels)
+
+
+def run_app(app: App, **extra: str) -> tuple[bool, list[str]]:
+    done = subprocess.run([str(app.python), "-c", APP], capture_output=True, text=True,
+                          env={**app.env, **extra}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    ours = [line for line in done.stderr.splitlines() if line.startswith("sagedoctor: ")]
+    return json.loads(done.stdout)["armed"], ours
+
+
+def verify_and_enable(app: App) -> None:
+    done = run_cli(["verify", "--python", str(app.python), "--quick"], app.env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sageattn_cpu" in done.stdout
+    done = run_cli(["enable", "--python", str(app.python)], app.env)
+    assert done.returncode == 0, done.stderr
+
+
+def launcher_upgrade(app: App) -> None:
+    """What InvokeAI's launcher does to the venv on an update: uv swaps torch (and the
+    triton it pins) in place and leaves sageattention alone."""
+    uv = Path(sys.executable).parent / "uv"
+    uv_bin = str(uv) if uv.exists() else shutil.which("uv")
+    assert uv_bin, "uv is a test dependency"
+    done = subprocess.run([uv_bin, "pip", "install", "--python", str(app.python), "--no-index",
+                           "--find-links", str(app.wheels), "--no-deps", "torch==2.13.0",
+                           "triton==3.7.0"], capture_output=True, text=True,
+                          env={**app.env, "UV_CACHE_DIR": str(app.wheels / "uv-cache")},
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    version = subprocess.run([str(app.python), "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True, env=app.env, check=True)
+    assert version.stdout.strip() == "2.13.0+cu130"
+
+
+def test_a_torch_upgrade_is_noticed_repaired_from_the_pinned_source_and_verified(
+        app: App) -> None:
+    verify_and_enable(app)
+    armed, lines = run_app(app)
+    assert armed and lines == []
+
+    launcher_upgrade(app)
+    armed, lines = run_app(app)
+    assert not armed
+    assert len(lines) == 1, lines
+    assert "torch, triton changed since the last verify" in lines[0]
+    assert f"`sagedoctor post-update --venv {app.root / '.venv'}`" in lines[0]
+
+    with serving() as site:
+        site.routes["/SageAttention.tar.gz"] = source_archive(app.root)
+        done = run_cli(["post-update", "--python", str(app.python), "--yes", "--quick",
+                        "--source-url", site.url("/SageAttention.tar.gz")], app.env,
+                       timeout=600)
+        out = done.stdout
+        assert done.returncode == 0, out + done.stderr
+        assert site.requests == ["/SageAttention.tar.gz"]
+    assert "torch 2.10.0 -> 2.13.0" in out and "triton 3.6.0 -> 3.7.0" in out
+    assert "built for the old torch and no longer works" in out
+    assert "Build SageAttention from source" in out and "d1a57a5" in out
+    assert "repaired and verified" in out
+    armed, lines = run_app(app)
+    assert armed and lines == []
+
+    # Nothing changed since: the fast path, which starts no target process.
+    done = run_cli(["post-update", "--venv", str(app.root / ".venv")], app.env)
+    assert done.returncode == 0 and "nothing to do" in done.stdout, done.stdout + done.stderr
+
+
+def _record(app: App) -> dict:
+    return json.loads((app.root / ".venv" / "sagedoctor" / "verified.json").read_text())
+
+
+def test_unchanged_exits_at_once_without_starting_the_target(app: App) -> None:
+    verify_and_enable(app)
+    # Were the target started, it would leave this file behind (sitecustomize runs at start).
+    witness = app.root / "started.txt"
+    (app.site / "sitecustomize.py").write_text(
+        f"open({str(witness)!r}, 'a').write('started\\n')\n", encoding="utf-8")
+    began = time.monotonic()
+    done = run_cli(["post-update", "--venv", str(app.root / ".venv")], app.env)
+    elapsed = time.monotonic() - began
+    assert done.returncode == 0, done.stderr
+    assert "unchanged since the last passing verify" in done.stdout
+    assert "torch 2.10.0" in done.stdout
+    assert not witness.exists()
+    assert elapsed < 30  # not a timing test (benchmarks/bench_post_update.py): a sanity bound
+    # --python inside the venv takes the same fast path
+    done = run_cli(["post-update", "--python", str(app.python)], app.env)
+    assert done.returncode == 0 and not witness.exists(), done.stderr
+
+
+def test_without_a_terminal_or_yes_the_plan_is_printed_and_nothing_changes(app: App) -> None:
+    verify_and_enable(app)
+    launcher_upgrade(app)
+    before = (app.site / "sageattention" / "__init__.py").read_text()
+    done = run_cli(["post-update", "--venv", str(app.root / ".venv"), "--quick"], app.env,
+                   timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Build SageAttention from source" in done.stdout
+    assert "SD951" in done.stderr and "--yes" in done.stderr
+    assert (app.site / "sageattention" / "__init__.py").read_text() == before
+    assert not (app.root / ".venv" / "sagedoctor" / "verified.json").exists()
+    armed, lines = run_app(app)
+    assert not armed and len(lines) == 1  # routing stays off, the hint stays
+
+
+def test_what_cannot_be_repaired_turns_routing_off_and_says_why(app: App) -> None:
+    verify_and_enable(app)
+    # The driver went away with the update: no GPU to build for, nothing to install.
+    (app.root.parent / "bin" / "nvidia-smi").unlink()
+    launcher_upgrade(app)
+    done = run_cli(["post-update", "--venv", str(app.root / ".venv"), "--yes", "--quick"],
+                   app.env, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "cannot repair" in done.stdout and "SD111" in done.stdout
+    assert "routing is off" in done.stdout
+    assert not (app.root / ".venv" / "sagedoctor" / "verified.json").exists()
+    states = list((Path(app.env["HOME"]) / ".local" / "state" / "sagedoctor" / "venvs")
+                  .glob("*.json"))
+    assert [json.loads(p.read_text())["verdict"] for p in states] == ["broken"]
+    armed, _lines = run_app(app)
+    assert not armed
+
+
+def test_auto_repair_starts_post_update_once_and_it_removes_its_marker(app: App) -> None:
+    verify_and_enable(app)
+    launcher_upgrade(app)
+    marker = app.root / ".venv" / "sagedoctor" / "auto-repair.started"
+    log = marker.with_name("auto-repair.log")
+    with serving() as site:
+        site.routes["/SageAttention.tar.gz"] = source_archive(app.root)
+        url = site.url("/SageAttention.tar.gz")
+        armed, lines = run_app(app, SAGEDOCTOR_AUTO_REPAIR="1", SAGEDOCTOR_SOURCE_URL=url)
+        assert not armed and len(lines) == 1
+        # a second start while the repair runs leaves it alone (the marker)
+        run_app(app, SAGEDOCTOR_AUTO_REPAIR="1", SAGEDOCTOR_SOURCE_URL=url)
+        deadline = time.monotonic() + 300
+        while marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not marker.exists(), log.read_text() if log.exists() else "no log"
+        assert site.requests == ["/SageAttention.tar.gz"]  # one repair, not two
+    text = log.read_text(encoding="utf-8")
+    assert "verifying again" in text and "repaired and verified" in text, text
+    armed, lines = run_app(app)
+    assert armed and lines == []
+
+
+def _check_codes(app: App) -> dict[str, dict]:
+    done = run_cli(["check", "--json", "--venv", str(app.root / ".venv")], app.env)
+    assert done.stdout, done.stderr
+    return {f["code"]: f for f in json.loads(done.stdout)["findings"]}
+
+
+def test_check_names_post_update_after_an_invokeai_launcher_update(app: App) -> None:
+    """The launcher writes <install>/.first_run after each install or update and rewrites
+    <install>/.launcher-bootstrap/; both newer than the last verify mean torch may be new."""
+    bootstrap = app.root / ".launcher-bootstrap"
+    bootstrap.mkdir()
+    (bootstrap / "uv.lock").write_text("version = 1\n", encoding="utf-8")
+    (app.root / ".first_run").write_text("", encoding="utf-8")
+    found = _check_codes(app)
+    assert "SD187" in found and "no verify since" in found["SD187"]["detail"]
+    assert "SD188" not in found  # no verify to compare with: SD169's business
+    assert found["SD187"]["fix"] == f"sagedoctor post-update --venv '{app.root / '.venv'}'"
+
+    verify_and_enable(app)
+    assert not {"SD187", "SD188"} & set(_check_codes(app))  # the verify came after both
+
+    later = time.time() + 60  # the next launcher update, a minute after the verify
+    for path in (app.root / ".first_run", bootstrap, bootstrap / "uv.lock"):
+        os.utime(path, (later, later))
+    found = _check_codes(app)
+    assert {"SD187", "SD188"} <= set(found)
+    assert "last verify" in found["SD188"]["detail"]
+    assert found["SD188"]["severity"] == "warn"
