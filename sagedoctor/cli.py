@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--quick", action="store_true", help="a short sweep of lengths")
     verify.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="run N times and report how far the runs agree")
+    verify.add_argument("--fresh", action="store_true",
+                        help="decide every shape anew, ignoring what earlier runs stored")
     verify.add_argument("--json", action="store_true")
     verify.add_argument("-v", "--verbose", action="store_true")
     post = sub.add_parser(
@@ -282,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .commands.install import run_verify
 
             return run_verify(Path(target.executable), Path(target.prefix), args.quick,
-                              args.json, repeat=args.repeat)
+                              args.json, repeat=args.repeat, fresh=args.fresh)
     except SagedoctorError as exc:
         print(f"sagedoctor: error {exc.code}: {exc.message}", file=sys.stderr)
         if exc.fix:

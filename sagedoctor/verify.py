@@ -57,8 +57,11 @@ class KeyResult:
         return f"{self.arch}|{self.dtype}|{self.head_dim}"
 
 
-def run_selftest(python: Path, quick: bool, timeout: float = 1800) -> dict[str, Any]:
+def run_selftest(python: Path, quick: bool, timeout: float = 1800,
+                 fresh: bool = False) -> dict[str, Any]:
+    """`fresh`: measure as if no earlier run had stored decisions for this build."""
     argv = [str(python), "-m", f"{PACKAGE}.selftest", "--json"] + (["--quick"] if quick else [])
+    argv += ["--fresh"] if fresh else []
     try:
         done = run_tool(argv, timeout=timeout)
     except ToolTimeout:
@@ -238,6 +241,42 @@ def verify_record(report: dict[str, Any], results: list[KeyResult]) -> dict[str,
     return {"error": report.get("error"), "gpus": gpus}
 
 
+# The shapes of the apps users run (bf16), as verify's sweep measures them: (dtype, head size,
+# batch x heads, tokens). The names are what the output shows.
+APP_SHAPES = {
+    "SDXL 1024x1024": ("bfloat16", 64, 2 * 10, 4096),
+    "FLUX 1024x1024": ("bfloat16", 128, 24, 4608),
+    "FLUX 1536x1536": ("bfloat16", 128, 24, 9728),
+    "FLUX 2048x2048": ("bfloat16", 128, 24, 16896),
+    "Wan 2.1 720p": ("bfloat16", 128, 40, 32760),
+}
+
+
+def app_decisions(data: Calibration) -> dict[str, dict[str, Decision]]:
+    """Per GPU, the stored decision for each app shape that has one."""
+    out: dict[str, dict[str, Decision]] = {}
+    for gpu, entry in data.gpus.items():
+        for name, (dtype, d, bh, tokens) in APP_SHAPES.items():
+            decision = entry.decisions.get(shape_key(dtype, d, bh, tokens, tokens, False))
+            if decision is not None:
+                out.setdefault(gpu, {})[name] = decision
+    return out
+
+
+def render_app_shapes(data: Calibration) -> str:
+    """'FLUX 1536x1536 (9728 tokens): SageAttention, 1.09x SDPA' per app shape and GPU."""
+    lines = []
+    for gpu, shapes in sorted(app_decisions(data).items()):
+        name = data.gpus[gpu].name or gpu
+        lines.append(f"{name} ({gpu}):")
+        for label, decision in shapes.items():
+            tokens = APP_SHAPES[label][3]
+            where = "SageAttention" if decision.route else "PyTorch SDPA"
+            lines.append(f"  {label} ({tokens} tokens): {where}, kernel at "
+                         f"{decision.speedup:.2f}x SDPA ({decision.low:.2f}-{decision.high:.2f})")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def run_signature(results: list[KeyResult]) -> dict[str, Any]:
     """One run's outcome, for `verify --repeat`: the verdict per key and every shape's
     decision."""
@@ -258,7 +297,13 @@ def agreement(runs: list[Calibration], signatures: list[dict[str, Any]]) -> dict
     flipped = sorted(f"{gpu} {shape}: " + " ".join("route" if v else "sdpa" if v is False
                                                     else "-" for v in values)
                      for (gpu, shape), values in shapes.items() if len(set(values)) > 1)
+    apps: dict[str, list[bool | None]] = {}
+    for i, run in enumerate(runs):
+        for gpu, decided in app_decisions(run).items():
+            for name, decision in decided.items():
+                apps.setdefault(f"{gpu} {name}", [None] * len(runs))[i] = decision.route
     return {"runs": len(runs), "keys": len(keys), "keys_agreeing": len(key_agree),
             "shapes": len(shapes), "shapes_agreeing": len(shapes) - len(flipped),
-            "flipped": flipped,
+            "flipped": flipped, "app_shapes": apps,
+            "app_shapes_agreeing": sum(1 for v in apps.values() if len(set(v)) == 1),
             "verdicts": {k: [s.get(k) for s in signatures] for k in keys}}

@@ -165,6 +165,20 @@ def test_a_wrong_kernel_from_the_index_is_rolled_back_and_the_source_build_follo
     assert json.loads((packages / "sageattention" / "build_env.json").read_text())
 
 
+def test_a_built_wheel_that_fails_the_smoke_check_leaves_the_cache(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    python, packages = venv
+    site.routes[f"/archive/{COMMIT}.tar.gz"] = source_archive(tmp_path, kernel=SAGE_GARBAGE)
+    build = settings_for(site.url(f"/archive/{COMMIT}.tar.gz"), commit=COMMIT)
+    step = Step("build-from-source", "Build", "why", ("sageattention",), build=build)
+    before = tree_hashes(packages)
+    for _ in range(2):  # the second run builds again: nothing wrong is kept "from the cache"
+        with pytest.raises(InstallError, match="smoke"):
+            run(python, tmp_path, step)
+        assert tree_hashes(packages) == before
+        assert not list((tmp_path / "cache" / "built").rglob("*.whl"))
+
+
 # --- the cache ----------------------------------------------------------------------------------
 
 def full_plan(tmp_path: Path, site: Site) -> tuple[Step, ...]:

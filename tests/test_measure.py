@@ -31,6 +31,7 @@ from sagedoctor.runtime.measure import (
     MeasureSettings,
     decide,
     inner_calls,
+    lead_for,
     measure_pair,
 )
 
@@ -131,6 +132,41 @@ def test_decide_and_inner_calls() -> None:
     assert inner_calls(2e-4, FULL) == 5  # a 0.2 ms call: 5 per 1 ms sample
     assert inner_calls(5e-3, FULL) == 1
     assert inner_calls(0.0, FULL) == FULL.max_inner
+
+
+def test_a_shape_routed_before_stays_routed_at_the_line_and_leaves_when_slower() -> None:
+    # A kernel 1% faster with 2% noise: measured fresh it is undecided and stays on SDPA; a
+    # shape an earlier run of this build routed keeps its route, so runs do not flip.
+    for seed in range(6):
+        fake = FakeClock(1.0e-3, 1.01e-3, noise=0.02, seed=seed)
+        kernel, sdpa = fake.paths()
+        fresh = measure_pair(kernel, sdpa, fake, FULL)
+        kept = measure_pair(kernel, sdpa, fake, FULL, prior=True)
+        assert not fresh.route and kept.route and kept.prior is True
+    # ...but not once it is measurably slower: 5% slower leaves the route.
+    slower, _ = measured(1.05e-3, 1.0e-3, noise=0.01)
+    fake = FakeClock(1.05e-3, 1.0e-3, noise=0.01)
+    kernel, sdpa = fake.paths()
+    assert not slower.route and not measure_pair(kernel, sdpa, fake, FULL, prior=True).route
+    # A shape kept on SDPA before needs the full margin to route, as a fresh one does.
+    fake = FakeClock(1.0e-3, 1.01e-3, noise=0.005)
+    kernel, sdpa = fake.paths()
+    assert not measure_pair(kernel, sdpa, fake, FULL, prior=False).route
+
+
+def test_hysteresis_in_decide() -> None:
+    assert decide(0.99, 1.02, 1.03, prior=True) == "kernel"
+    assert decide(0.95, 0.99, 1.03, prior=True) == "sdpa"
+    assert decide(0.99, 1.05, 1.03, prior=False) == "undecided"
+    assert decide(0.99, 1.05, 1.03, prior=True) == "kernel"
+    assert decide(1.04, 1.08, 1.03, prior=False) == "kernel"
+
+
+def test_the_lead_ahead_of_a_sample_covers_one_call_of_the_host_and_is_bounded() -> None:
+    assert lead_for(0.0) > 0  # always a little: the event itself is issued after the spin
+    assert lead_for(2e-4) >= 2e-4
+    assert lead_for(10.0) == pytest.approx(0.02)
+    assert lead_for(-1.0) == lead_for(0.0)
 
 
 def test_dips_in_speed_up_are_kept_per_shape() -> None:

@@ -117,6 +117,14 @@ def test_repeated_runs_report_agreement_and_the_shapes_that_flipped() -> None:
     assert result["runs"] == 3 and result["shapes"] > 10
     assert result["shapes_agreeing"] == result["shapes"] - 1
     assert len(result["flipped"]) == 1 and "route route sdpa" in result["flipped"][0]
+    # The recorded (first-schema) sweep has one app shape, SDXL's 4096 tokens: it held.
+    assert list(result["app_shapes"]) == ["NVIDIA H200|9.0|0 SDXL 1024x1024"]
+    assert result["app_shapes_agreeing"] == 1
+    sdxl = json.loads(json.dumps(report))
+    sdxl["gpus"][0]["keys"][0]["sweep"][2]["kernel_ms"] = 1e-6  # 4096 tokens now "routes"
+    flipped = agreement([*runs[:2], calibration(sdxl)], signatures)
+    assert flipped["app_shapes"]["NVIDIA H200|9.0|0 SDXL 1024x1024"] == [False, False, True]
+    assert flipped["app_shapes_agreeing"] == 0
 
 
 @pytest.mark.parametrize("text", ["", "not json", "[]", '{"schema_version": 2, "gpus": []}',

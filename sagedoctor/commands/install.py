@@ -104,7 +104,7 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
 
 
 def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
-               out: TextIO | None = None, repeat: int = 1) -> int:
+               out: TextIO | None = None, repeat: int = 1, fresh: bool = False) -> int:
     import datetime
 
     from ..state import record_verification
@@ -112,6 +112,7 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
         agreement,
         calibration,
         key_results,
+        render_app_shapes,
         render_table,
         run_selftest,
         run_signature,
@@ -125,7 +126,7 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
     runs = []
     signatures = []
     for number in range(1, max(1, repeat) + 1):
-        report = run_selftest(python, quick)
+        report = run_selftest(python, quick, fresh=fresh and number == 1)
         results = key_results(report)
         when = datetime.datetime.now(datetime.timezone.utc).isoformat()
         data = calibration(report, when)
@@ -144,6 +145,7 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
         stream.write(render_table(results))
         if report.get("error"):
             stream.write(f"self-test: {report['error']}\n")
+        stream.write(render_app_shapes(data))
         stream.write(f"decisions written to {path}\n")
         stream.write({
             "routing": "verdict: SageAttention is used where the table says; "
@@ -163,7 +165,8 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
     elif repeat > 1:
         stream.write(f"agreement over {agreed['runs']} runs: verdicts {agreed['keys_agreeing']}"
                      f" of {agreed['keys']} keys, decisions {agreed['shapes_agreeing']} of "
-                     f"{agreed['shapes']} shapes\n")
+                     f"{agreed['shapes']} shapes, app shapes {agreed['app_shapes_agreeing']} of "
+                     f"{len(agreed['app_shapes'])}\n")
         for line in agreed["flipped"]:
             stream.write(f"  flipped: {line}\n")
     stable = agreed["keys_agreeing"] == agreed["keys"]

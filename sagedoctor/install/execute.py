@@ -209,6 +209,7 @@ class Executor:
                 self._transaction(prepared)
                 return
             except SmokeCheckFailed as exc:
+                self._forget_built(prepared)
                 if not can_fall_back or use_build:
                     raise
                 assert sage is not None
@@ -217,6 +218,15 @@ class Executor:
                 self.say(f"{reason}, so it was rolled back; taking the next route: the "
                          "source build of the pinned commit")
                 use_build = True
+
+    def _forget_built(self, prepared: dict[int, Path]) -> None:
+        """A built wheel whose kernel failed the smoke check leaves the cache: the next run
+        builds again instead of reinstalling it "from the cache"."""
+        built = self.cache.root / "built"
+        for wheel in prepared.values():
+            if built in wheel.parents:
+                shutil.rmtree(wheel.parent, ignore_errors=True)
+                self.say(f"{wheel.name} removed from the cache: it failed the smoke check")
 
     # --- preparing (the venv is not touched) -------------------------------------------------
 

@@ -9,7 +9,14 @@ needs the rounds' lower quartile to clear the margin (1.03 by default), so the m
 by at least the spread below it: a kernel that only ties SDPA within the noise is not used, and
 a decision near the line does not flip between runs. SDPA is kept when the upper quartile is
 below the margin. In between the result is undecided and gets more rounds, up to a bound;
-still undecided, it stays on SDPA.
+still undecided, it stays on SDPA. A shape routed by an earlier run of the same build on the
+same GPU stays routed unless the kernel is now measurably slower (upper quartile below 1):
+hysteresis, so that a shape at the line does not flip between runs.
+
+Each CUDA sample starts behind a short GPU spin as long as the host needs to issue one call, so
+the host's launch overhead overlaps GPU work, as it does in a denoising loop that keeps the GPU
+busy; timing a lone call from an idle queue would charge SageAttention's Python-side
+quantisation launches to the kernel.
 
 Standard library only: the timer is passed in (CUDA events on a GPU, a fake one in tests).
 """
@@ -68,6 +75,7 @@ class SpeedResult:
     rounds: int
     margin: float
     settled: bool  # the warm-up converged before its bound
+    prior: bool | None = None  # the decision of an earlier run of this build, if any
 
     @property
     def spread(self) -> float:
@@ -75,11 +83,14 @@ class SpeedResult:
 
     @property
     def route(self) -> bool:
-        return decide(self.low, self.high, self.margin) == "kernel"
+        return decide(self.low, self.high, self.margin, self.prior) == "kernel"
 
 
-def decide(low: float, high: float, margin: float) -> str:
-    """'kernel', 'sdpa' or 'undecided' for the quartiles of the paired speed-ups."""
+def decide(low: float, high: float, margin: float, prior: bool | None = None) -> str:
+    """'kernel', 'sdpa' or 'undecided' for the quartiles of the paired speed-ups. A shape
+    routed before (`prior`) keeps its route unless the kernel is now measurably slower."""
+    if prior is True:
+        return "sdpa" if high < 1.0 else "kernel"
     if low >= margin:
         return "kernel"
     if high < margin:
@@ -108,8 +119,9 @@ def _settled(samples: list[float], tolerance: float) -> bool:
 
 
 def measure_pair(kernel: Callable[[], Any], sdpa: Callable[[], Any], timer: Timer,
-                 settings: MeasureSettings = FULL) -> SpeedResult:
-    """Time `kernel` against `sdpa` (both already checked correct) and decide."""
+                 settings: MeasureSettings = FULL, prior: bool | None = None) -> SpeedResult:
+    """Time `kernel` against `sdpa` (both already checked correct) and decide; `prior` is
+    an earlier run's decision for this shape (same build and GPU), or None."""
     inner = inner_calls(min(timer(kernel, 1), timer(sdpa, 1)), settings)
     kernel_warm: list[float] = []
     sdpa_warm: list[float] = []
@@ -137,14 +149,14 @@ def measure_pair(kernel: Callable[[], Any], sdpa: Callable[[], Any], timer: Time
         one_round()
     while len(ratios) < settings.max_rounds:
         low, _mid, high = quartiles(ratios)
-        if decide(low, high, settings.margin) != "undecided":
+        if decide(low, high, settings.margin, prior) != "undecided":
             break
         one_round()
         one_round()  # in pairs: each order as often as the other
     low, mid, high = quartiles(ratios)
     return SpeedResult(speedup=mid, low=low, high=high, kernel_s=statistics.median(kernel_t),
                        sdpa_s=statistics.median(sdpa_t), rounds=len(ratios),
-                       margin=settings.margin, settled=settled)
+                       margin=settings.margin, settled=settled, prior=prior)
 
 
 def perf_counter_timer(sync: Callable[[], None]) -> Timer:
@@ -161,17 +173,55 @@ def perf_counter_timer(sync: Callable[[], None]) -> Timer:
     return timer
 
 
+MAX_LEAD_S = 0.02  # a spin ahead of a sample never longer than this
+DEFAULT_CYCLES_PER_S = 1.5e9
+_CYCLES_PER_S: dict[str, float] = {}  # per device, measured once per process
+
+
+def gpu_cycles_per_s(torch: Any, spin: Callable[[int], Any]) -> float:
+    """How many cycles of torch.cuda._sleep make a second on this GPU (about its clock)."""
+    spin(100_000)  # wakes the clocks
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    cycles = 2_000_000
+    start.record()
+    spin(cycles)
+    end.record()
+    end.synchronize()
+    elapsed = float(start.elapsed_time(end)) / 1e3
+    return cycles / elapsed if elapsed > 0 else DEFAULT_CYCLES_PER_S
+
+
+def lead_for(host_s: float) -> float:
+    """The spin ahead of a sample: a little more than the host needs to issue one call."""
+    return min(MAX_LEAD_S, 1.2 * max(0.0, host_s) + 20e-6)
+
+
 def cuda_event_timer(torch: Any, device: Any) -> Timer:
     """Samples between two CUDA events on the device's current stream: what the GPU spent,
-    without the host's scheduling noise."""
+    without the host's scheduling noise. Each sample starts behind a GPU spin as long as the
+    host took to issue one call of that function last time, so its launches overlap GPU work
+    as they do in a busy denoising loop (without the spin, a lone call's Python-side launch
+    overhead would be counted as GPU time)."""
+    spin = getattr(torch.cuda, "_sleep", None)
+    host_per_call: dict[int, float] = {}
 
     def timer(fn: Callable[[], Any], inner: int) -> float:
         with torch.cuda.device(device):
+            if spin is not None and str(device) not in _CYCLES_PER_S:
+                _CYCLES_PER_S[str(device)] = gpu_cycles_per_s(torch, spin)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            known = host_per_call.get(id(fn))
+            if spin is not None and known is not None:
+                spin(int(lead_for(known) * _CYCLES_PER_S[str(device)]))
             start.record()
+            issued = time.perf_counter()
             for _ in range(inner):
                 fn()
+            if len(host_per_call) > 256:
+                host_per_call.clear()
+            host_per_call[id(fn)] = (time.perf_counter() - issued) / max(1, inner)
             end.record()
             end.synchronize()
             return float(start.elapsed_time(end)) / 1e3

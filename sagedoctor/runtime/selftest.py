@@ -22,6 +22,7 @@ from functools import partial
 from typing import Any
 
 from .accuracy import Comparison, Thresholds, compare
+from .decisions import Calibration, gpu_identity, shape_key
 from .hook import live_fingerprint
 from .measure import (
     FULL,
@@ -139,7 +140,10 @@ def crossover(points: list[tuple[int, bool]]) -> int | None:
 def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds | None = None,
                  dtypes: tuple[str, ...] = ("bfloat16", "float16"),
                  head_dims: tuple[int, ...] = (64, 128), sweep: tuple[int, ...] = SWEEP,
-                 settings: MeasureSettings = FULL, quick: bool = False) -> dict[str, Any]:
+                 settings: MeasureSettings = FULL, quick: bool = False,
+                 prior: Calibration | None = None) -> dict[str, Any]:
+    """`prior`: the decisions an earlier run stored for this build; a shape it routed stays
+    routed unless the kernel is now measurably slower (measure.decide)."""
     import torch
     import torch.nn.functional as F
 
@@ -152,9 +156,11 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "thresholds": {"min_cosine": thresholds.min_cosine, "max_rel_l2": thresholds.max_rel_l2},
-        "measure": {"method": "cuda-events, paired rounds", "margin": settings.margin,
-                    "rounds": settings.rounds, "max_rounds": settings.max_rounds,
-                    "quick": quick},
+        "measure": {"method": "cuda-events behind a host-lead spin, paired rounds",
+                    "margin": settings.margin, "rounds": settings.rounds,
+                    "max_rounds": settings.max_rounds, "quick": quick,
+                    "prior_decisions": sum(len(g.decisions) for g in prior.gpus.values())
+                    if prior else 0},
         "gpus": [],
         "fingerprint": live_fingerprint(),
     }
@@ -188,13 +194,15 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
                                "arch": f"{major}.{minor}", "uuid": str(uuid) if uuid else None,
                                "keys": []}
         timer = cuda_event_timer(torch, device)
+        gpu_id = gpu_identity(gpu["uuid"], gpu["name"], gpu["arch"], index)
+        earlier = prior.gpus.get(gpu_id) if prior else None
         shapes = {d: SWEEP_SHAPES.get(d, ((1, 16),))[:1 if quick else None] for d in head_dims}
         for dtype_name in dtypes:
             dtype = getattr(torch, dtype_name)
             for d in head_dims:
                 gpu["keys"].append(_test_key(torch, registry, thresholds, sdpa, timer, device,
                                              arch, dtype_name, dtype, d, sweep, shapes[d],
-                                             settings))
+                                             settings, earlier.decisions if earlier else {}))
         report["gpus"].append(gpu)
     return report
 
@@ -226,7 +234,7 @@ def _cpu_entry(torch: Any, thresholds: Thresholds, sdpa: Callable[..., Any],
         for d in head_dims:
             gpu["keys"].append(_test_key(torch, registry, thresholds, sdpa, timer, device,
                                          (0, 0), dtype_name, getattr(torch, dtype_name), d,
-                                         CPU_SWEEP, CPU_SHAPES, settings, "cpu",
+                                         CPU_SWEEP, CPU_SHAPES, settings, {}, "cpu",
                                          CPU_CHECK_SHAPE))
     return gpu
 
@@ -235,7 +243,7 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
               sdpa: Callable[..., Any], timer: Any, device: Any,
               arch: tuple[int, int], dtype_name: str, dtype: Any, d: int,
               sweep: tuple[int, ...], shapes: tuple[tuple[int, int], ...],
-              settings: MeasureSettings, device_type: str = "cuda",
+              settings: MeasureSettings, earlier: dict[str, Any], device_type: str = "cuda",
               check_shape: tuple[int, int, int] = CHECK_SHAPE) -> dict[str, Any]:
     key: dict[str, Any] = {"dtype": dtype_name, "head_dim": d, "kernels": [], "chosen": None,
                            "sweep": [], "crossover": None,
@@ -268,9 +276,11 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
         points = []
         for tokens in sweep:
             q, k, v = _inputs(torch, device, dtype, (batch, heads, tokens), d, outlier=False)
+            before = earlier.get(shape_key(dtype_name, d, batch * heads, tokens, tokens, False))
+            prior = before.route if before is not None and before.kernel == spec.name else None
             with _on(torch, device):
                 result = measure_pair(partial(fn, q, k, v, is_causal=False, scale=None),
-                                      partial(sdpa, q, k, v), timer, settings)
+                                      partial(sdpa, q, k, v), timer, settings, prior)
             del q, k, v
             points.append((tokens, result.route))
             key["sweep"].append({
@@ -278,7 +288,8 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
                 "kernel_ms": round(result.kernel_s * 1e3, 4),
                 "sdpa_ms": round(result.sdpa_s * 1e3, 4), "speedup": round(result.speedup, 4),
                 "low": round(result.low, 4), "high": round(result.high, 4),
-                "rounds": result.rounds, "route": result.route, "settled": result.settled})
+                "rounds": result.rounds, "route": result.route, "settled": result.settled,
+                "prior": prior})
         crossovers[f"{batch}x{heads}"] = crossover(points)
     key["crossovers"] = crossovers
     key["crossover"] = next(iter(crossovers.values()), None)
@@ -289,10 +300,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="selftest")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true", help="a short sweep")
+    parser.add_argument("--fresh", action="store_true",
+                        help="ignore the decisions earlier runs stored for this build")
     args = parser.parse_args(argv)
     settings = (QUICK if args.quick else FULL).with_env()
+    prior = None
+    if not args.fresh:
+        from .router import calibration_path, load_current_calibration
+
+        prior = load_current_calibration(calibration_path())
     report = run_selftest(sweep=QUICK_SWEEP if args.quick else SWEEP, settings=settings,
-                          quick=args.quick)
+                          quick=args.quick, prior=prior)
     if args.json:
         print(json.dumps(report))
     else:
