@@ -4,6 +4,7 @@ next run recovers), SIGKILL mid-change, and two installs at once."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -99,10 +100,13 @@ from sagedoctor.install.execute import execute_plan
 from sagedoctor.resolve import Step
 from tests.test_install_kit import plan, settings_for
 cfg = json.loads(sys.argv[1])
-step = Step("build-from-source", "Build", "why", ("sageattention",),
-            build=settings_for(cfg["source"]))
+steps = [Step("build-from-source", "Build", "why", ("sageattention",),
+              build=settings_for(cfg["source"]))]
+if cfg.get("config"):  # last, so the smoke check (which can be made to hang) follows it
+    steps.append(Step("enable-invokeai", "Enable", "why", paths=(cfg["config"],),
+                      config=(("attention_backend", "sage"),)))
 try:
-    execute_plan(plan(Path(cfg["python"]), step), lambda m: print(m, flush=True),
+    execute_plan(plan(Path(cfg["python"]), *steps), lambda m: print(m, flush=True),
                  Path(cfg["logs"]), "0.1.0", cache_dir=Path(cfg["cache"]),
                  state_root=Path(cfg["state"]))
 except Exception as exc:
@@ -113,9 +117,11 @@ print("DONE", flush=True)
 """
 
 
-def start(python: Path, source: Path, tmp_path: Path) -> subprocess.Popen[str]:
+def start(python: Path, source: Path, tmp_path: Path,
+          config: Path | None = None) -> subprocess.Popen[str]:
     cfg = {"python": str(python), "source": str(source), "logs": str(tmp_path / "logs"),
-           "cache": str(tmp_path / "cache"), "state": str(tmp_path / "state")}
+           "cache": str(tmp_path / "cache"), "state": str(tmp_path / "state"),
+           "config": str(config) if config else None}
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), BUILD_PIDS=str(tmp_path / "pids"),
                SAGEDOCTOR_SMOKE_DEVICE="cpu", SMOKE_HANG_FILE=str(tmp_path / "hang"))
     (tmp_path / "tmp").mkdir(exist_ok=True)
@@ -205,6 +211,73 @@ def test_sigkill_mid_change_is_rolled_back_by_the_next_run(venv: tuple[Path, Pat
     again = start(python, fake_source(tmp_path / "src2"), tmp_path)
     out, _ = again.communicate(timeout=120)
     assert "the venv is as before the install: sageattention 2.1.1" in out, out
+    assert tree_hashes(site) == before
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("existed", [True, False], ids=["edited", "created"])
+def test_sigkill_after_the_invokeai_yaml_write_is_undone_by_the_next_run(
+        venv: tuple[Path, Path], tmp_path: Path, existed: bool) -> None:
+    python, site = venv
+    config = tmp_path / "invoke root ü" / "invokeai.yaml"
+    config.parent.mkdir()
+    original = b"# mine\r\nschema_version: 4.0.3\r\nprecision: float16\r\n"
+    if existed:
+        config.write_bytes(original)
+    before = tree_hashes(site)
+    (tmp_path / "hang").write_text("", encoding="utf-8")  # the smoke check after it hangs
+    proc = start(python, fake_source(tmp_path / "src"), tmp_path, config=config)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("smoke check:"):
+            break
+    proc.kill()  # the yaml is written: its step came last, right before the smoke check
+    proc.communicate(timeout=30)
+    (tmp_path / "hang").unlink()
+    assert any(line.startswith("set attention_backend: sage in") for line in seen), seen
+    assert b"attention_backend: sage" in config.read_bytes()
+    journal = json.loads(next((tmp_path / "state").rglob("journal.json")).read_text())
+    [entry] = journal["edited_files"]
+    assert entry["path"] == str(config)
+    assert entry["sha256_before"] == (hashlib.sha256(original).hexdigest() if existed else None)
+    again = start(python, fake_source(tmp_path / "src2"), tmp_path)
+    out, _ = again.communicate(timeout=120)
+    assert "RecoveredInterruptedRun SD914" in out, out
+    if existed:
+        assert f"restored {config} (sha256 {entry['sha256_before'][:12]}" in out, out
+        assert sha256_of(config) == hashlib.sha256(original).hexdigest()
+        assert "1 edited config file(s) restored" in out
+    else:
+        assert f"removed {config} (the install had created it)" in out, out
+        assert not config.exists()
+    assert tree_hashes(site) == before
+    assert not list((tmp_path / "state").rglob("journal.json"))
+
+
+def test_a_failed_smoke_check_after_the_yaml_edit_restores_it_by_hash(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    from tests.test_install_kit import SAGE_GARBAGE
+
+    python, site = venv
+    config = tmp_path / "root" / "invokeai.yaml"
+    config.parent.mkdir()
+    config.write_text("# mine\nschema_version: 4.0.3\n", encoding="utf-8")
+    digest = sha256_of(config)
+    before = tree_hashes(site)
+    enable = Step("enable-invokeai", "Enable", "why", paths=(str(config),),
+                  config=(("attention_backend", "sage"),))
+    messages: list[str] = []
+    with pytest.raises(InstallError, match="smoke check") as info:
+        executor(python, tmp_path, build_step(fake_source(tmp_path / "src", kernel=SAGE_GARBAGE)),
+                 enable, progress=messages.append).run("0.1.0")
+    assert any(m.startswith("set attention_backend: sage") for m in messages)
+    assert "1 edited config file(s) restored" in info.value.fix
+    assert sha256_of(config) == digest
     assert tree_hashes(site) == before
 
 

@@ -25,7 +25,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ..install_record import record_install
-from ..invokeai_config import ConfigEdit, enable_invokeai, undo_edit
+from ..invokeai_config import ConfigEdit, enable_invokeai
 from ..proc import ToolMissing, ToolTimeout, run_tool
 from ..resolve import BuildSettings, Plan, Step
 from .bundle import build_runtime_wheel
@@ -50,6 +50,7 @@ from .transaction import (
     LIGHT,
     Journal,
     back_up,
+    journal_entry_for_edit,
     recover_interrupted,
     roll_back,
     snapshot_differences,
@@ -352,7 +353,7 @@ class Executor:
         backups = back_up(before, self.journal.backup, extra=strays)
         self.journal.write(phase="changing", names=sorted(names), snapshot=before,
                            backups=backups, additions=additions, moved=moves,
-                           backup_dir=str(self.journal.backup))
+                           backup_dir=str(self.journal.backup), edited_files=[])
         dists_before: dict[str, str] = before["all"]
         self.done = []
         self.edits: list[ConfigEdit] = []
@@ -379,9 +380,7 @@ class Executor:
     def _roll_back_and_raise(self, exc: BaseException) -> None:
         assert self.journal is not None
         self.say(f"rolling back: {exc}")
-        for edit in reversed(getattr(self, "edits", [])):
-            self.say(undo_edit(edit))
-        try:
+        try:  # invokeai.yaml too: it is in the journal, as it is for a killed run's recovery
             state = roll_back(self.journal.data, self.say)
         except RollbackIncomplete as failed:
             raise failed from exc
@@ -429,7 +428,16 @@ class Executor:
             self.installer.install([str(wheel)], reinstall=True)
         elif step.action == "enable-invokeai":  # undone on rollback, from its backup
             self.edits.append(enable_invokeai(step.config, next(iter(step.paths), None),
-                                              self.python, self.say))
+                                              self.python, self.say,
+                                              before_write=self._journal_edit))
+
+    def _journal_edit(self, edit: ConfigEdit) -> None:
+        """Named in the journal before the file changes: a run killed right after the write
+        is undone by the next run's recovery, like the venv's files."""
+        assert self.journal is not None
+        entry = journal_entry_for_edit(Path(edit.path),
+                                       Path(edit.backup) if edit.backup else None)
+        self.journal.write(edited_files=[*self.journal.data.get("edited_files", []), entry])
 
     def _smoke(self) -> None:
         if self._sage_step() is None:

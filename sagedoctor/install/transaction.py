@@ -241,6 +241,39 @@ def _prune(folders: set[Path], keep: set[Path], stop: Path) -> None:
             current = current.parent
 
 
+def journal_entry_for_edit(path: Path, backup: Path | None) -> dict[str, Any]:
+    """What the journal keeps of a file the install is about to edit (invokeai.yaml): where
+    its backup is and the sha256 the file had (None: the install creates it)."""
+    return {"path": str(path), "backup": str(backup) if backup else None,
+            "sha256_before": file_sha256(backup) if backup else None}
+
+
+def restore_edited_files(entries: list[dict[str, Any]], say: Say) -> int:
+    """Put each journaled file back from its backup, newest edit first, proven by sha256."""
+    for entry in reversed(entries):
+        path = Path(str(entry.get("path")))
+        before = entry.get("sha256_before")
+        if before is None:
+            if path.exists():
+                path.unlink()
+                say(f"removed {path} (the install had created it)")
+            continue
+        if _hash(str(path)) != before:
+            backup = Path(str(entry.get("backup")))
+            if _hash(str(backup)) != before:
+                raise RollbackIncomplete(
+                    f"{path} cannot be put back: its backup {backup} is gone or changed",
+                    f"restore {path} by hand; the journal is kept")
+            staged = path.with_name(f".{path.name}.sagedoctor-restore")
+            shutil.copy2(backup, staged)
+            os.replace(staged, path)
+        if _hash(str(path)) != before:
+            raise RollbackIncomplete(f"{path} could not be restored from {entry.get('backup')}",
+                                     f"restore {path} by hand; the journal is kept")
+        say(f"restored {path} (sha256 {before[:12]}..., as before the install)")
+    return len(entries)
+
+
 def roll_back(data: dict[str, Any], say: Say) -> str:
     """Undo the change phase the journal describes; returns the proven state, or raises."""
     python = Path(data["python"])
@@ -277,6 +310,7 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
             shutil.copy2(copy, target)
         keep = {Path(p).parent for p in owned_before} | dist_infos_before
         _prune(removed_from, keep, Path(before["purelib"]))
+        edited = restore_edited_files(list(data.get("edited_files") or []), say)
         after = take_snapshot(python, names)
     differences = snapshot_differences(before, after)
     if differences:
@@ -284,8 +318,9 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
             "the rollback could not restore everything: " + "; ".join(differences),
             f"the backed-up files are kept in {data.get('backup_dir')}; reinstall the "
             "named distributions with the venv's installer")
+    configs = f"; {edited} edited config file(s) restored" if edited else ""
     return (f"the venv is as before the install: {describe(before)}; "
-            f"{file_count(before)} files match their sha256 from before")
+            f"{file_count(before)} files match their sha256 from before{configs}")
 
 
 def kill_group(pgid: int | None) -> bool:
