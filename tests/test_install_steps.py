@@ -162,6 +162,10 @@ def test_a_wrong_kernel_from_the_index_is_rolled_back_and_the_source_build_follo
     assert "failed the smoke check, so it was rolled back; taking the next route" in out
     assert "[wrong]" in executor.fallback_reasons[0]
     assert "smoke check passed" in out.split("taking the next route")[1]
+    assert executor.messages[-1].startswith(  # type: ignore[attr-defined]
+        "installed by the source build of the pinned commit, because the wheel from "
+        f"{index} failed the smoke check: ")
+    assert installed_distributions(python)["sageattention"] == "2.2.0"
     assert json.loads((packages / "sageattention" / "build_env.json").read_text())
 
 

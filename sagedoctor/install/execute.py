@@ -376,6 +376,8 @@ class Executor:
         record_install(self.plan.prefix, dists_before, now["all"],
                        self.plan.changed_distributions)
         self.say("committed: " + "; ".join(self.done))
+        for reason in self.fallback_reasons:  # said again at the end: the build log is long
+            self.say(f"installed by the source build of the pinned commit, because {reason}")
 
     def _roll_back_and_raise(self, exc: BaseException) -> None:
         assert self.journal is not None
@@ -385,11 +387,11 @@ class Executor:
         except RollbackIncomplete as failed:
             raise failed from exc
         self.say(state)
-        done = "; ".join(self.done) or "nothing"
+        undone = (f"Rolled back ({'; '.join(self.done)} undone)" if self.done
+                  else "Rolled back what the failed step had changed")
         if isinstance(exc, InstallError):
             try:
-                wrapped = type(exc)(exc.message, f"Rolled back ({done} undone): {state}. "
-                                    f"{exc.fix}".strip())
+                wrapped = type(exc)(exc.message, f"{undone}: {state}. {exc.fix}".strip())
             except TypeError:
                 wrapped = InstallError(exc.message, f"Rolled back: {state}. {exc.fix}")
             raise wrapped from exc

@@ -297,22 +297,34 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
                 if Path(entry["dist_info"]) not in dist_infos_before:
                     added.add(Path(entry["dist_info"]))
         removed_from: set[Path] = set()
+        failures: list[str] = []  # each is tried; the proof below says what stayed wrong
         for path in sorted(added, key=lambda p: len(p.parts), reverse=True):
             if str(path) in owned_before or not (path.exists() or path.is_symlink()):
                 continue
-            _remove(path)
+            try:
+                _remove(path)
+            except OSError as exc:
+                failures.append(f"cannot remove {path}: {exc.strerror or exc}")
+                continue
             removed_from.add(path.parent)
         for original, copy in copies.items():
             target = Path(original)
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)  # a file replaced by a folder: put the file back
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(copy, target)
+            # Unchanged files are left be: one the installer could not touch (chattr +i, a
+            # read-only folder) cannot be written by us either, and needs nothing.
+            if target.is_file() and not target.is_symlink() and _hash(original) == _hash(copy):
+                continue
+            try:
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)  # a file replaced by a folder: put the file back
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(copy, target)
+            except OSError as exc:
+                failures.append(f"cannot restore {original}: {exc.strerror or exc}")
         keep = {Path(p).parent for p in owned_before} | dist_infos_before
         _prune(removed_from, keep, Path(before["purelib"]))
         edited = restore_edited_files(list(data.get("edited_files") or []), say)
         after = take_snapshot(python, names)
-    differences = snapshot_differences(before, after)
+    differences = failures + snapshot_differences(before, after)
     if differences:
         raise RollbackIncomplete(
             "the rollback could not restore everything: " + "; ".join(differences),
