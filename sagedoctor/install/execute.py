@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ SAGE_ACTIONS = frozenset({"install-wheel", "install-from-index", "build-from-sou
 PACKAGE_ACTIONS = SAGE_ACTIONS | {"install", "bundle-runtime"}
 DEFAULT_INDEX = "https://pypi.org/simple/"
 GITHUB_API = "https://api.github.com"
+REPORT_EVERY_S = 15.0  # progress on a long download or build, so it never looks hung
 _LIST_DISTS = ("import json, importlib.metadata as m\n"
                "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions() "
                "if d.metadata['Name']}))")
@@ -115,6 +117,10 @@ def _local(url: str) -> str | None:
     return host if host in LOCAL_HOSTS else None
 
 
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
+
+
 def _pinned(requirement: str) -> bool:
     spec = list(Requirement(requirement).specifier)
     return len(spec) == 1 and spec[0].operator in ("==", "===") and "*" not in spec[0].version
@@ -124,7 +130,8 @@ class Executor:
     def __init__(self, plan: Plan, progress: Progress, work: Path, log_dir: Path, *,
                  cache_dir: Path | None = None, offline: bool = False,
                  state_root: Path | None = None, source_url: str | None = None,
-                 github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S) -> None:
+                 github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S,
+                 report_every: float = REPORT_EVERY_S) -> None:
         self.plan = plan
         self.python = Path(plan.python)
         self.prefix = Path(plan.prefix)
@@ -137,6 +144,7 @@ class Executor:
         self.source_url = source_url
         self.github_api = github_api
         self.smoke_timeout = smoke_timeout
+        self.report_every = report_every
         self.installer = Installer.for_target(self.python, self.cache.uv_dir, offline)
         self.done: list[str] = []
         self.downloaded_bytes = 0
@@ -274,8 +282,18 @@ class Executor:
         folder = self.work / "downloads"
         folder.mkdir(parents=True, exist_ok=True)
         self.say(f"downloading {url}")
-        got = download(url, folder / name, expected, allow_http_host=_local(url))
-        self.downloaded_bytes += (folder / name).stat().st_size
+        began = time.monotonic()
+
+        def report(done: int, total: int | None) -> None:
+            of = f" of {_mib(total)} ({100 * done / total:.0f}%)" if total else ""
+            self.say(f"downloading {name}: {_mib(done)}{of}, "
+                     f"{time.monotonic() - began:.0f} s")
+
+        got = download(url, folder / name, expected, allow_http_host=_local(url),
+                       report=report, report_every=self.report_every)
+        size = (folder / name).stat().st_size
+        self.downloaded_bytes += size
+        self.say(f"downloaded {name}: {_mib(size)} in {time.monotonic() - began:.1f} s")
         path = self.cache.store(folder / name, name, got, url)
         self.say(f"sha256 {got} ({how if expected else 'measured on first download'}; "
                  f"stored in the cache)")
@@ -326,7 +344,8 @@ class Executor:
         build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=self.work))
         journal = self.journal
         wheel = build_wheel(self.python, settings, source, build_dir, self.log.path, self.say,
-                            self.installer, started=lambda pid: journal.write(build_pgid=pid))
+                            self.installer, started=lambda pid: journal.write(build_pgid=pid),
+                            report_every=self.report_every)
         journal.write(build_pgid=None)
         return self.cache.store_built(key, wheel) if key is not None else wheel
 
