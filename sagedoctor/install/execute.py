@@ -456,9 +456,11 @@ class Executor:
         """Named in the journal before the file changes: a run killed right after the write
         is undone by the next run's recovery, like the venv's files."""
         assert self.journal is not None
+        earlier = self.journal.data.get("edited_files", [])
         entry = journal_entry_for_edit(Path(edit.path),
-                                       Path(edit.backup) if edit.backup else None)
-        self.journal.write(edited_files=[*self.journal.data.get("edited_files", []), entry])
+                                       Path(edit.backup) if edit.backup else None,
+                                       self.journal.backup / f"edited-{len(earlier)}")
+        self.journal.write(edited_files=[*earlier, entry])
 
     def _smoke(self) -> None:
         if self._sage_step() is None:

@@ -241,11 +241,15 @@ def _prune(folders: set[Path], keep: set[Path], stop: Path) -> None:
             current = current.parent
 
 
-def journal_entry_for_edit(path: Path, backup: Path | None) -> dict[str, Any]:
-    """What the journal keeps of a file the install is about to edit (invokeai.yaml): where
-    its backup is and the sha256 the file had (None: the install creates it)."""
-    return {"path": str(path), "backup": str(backup) if backup else None,
-            "sha256_before": file_sha256(backup) if backup else None}
+def journal_entry_for_edit(path: Path, backup: Path | None, keep: Path) -> dict[str, Any]:
+    """What the journal keeps of a file the install is about to edit (invokeai.yaml): a copy
+    of its backup in the journal's own folder `keep` (the one beside the file is the user's to
+    delete) and the sha256 the file had (None: the install creates it)."""
+    if backup is None:
+        return {"path": str(path), "backup": None, "sha256_before": None}
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(backup, keep)
+    return {"path": str(path), "backup": str(keep), "sha256_before": file_sha256(keep)}
 
 
 def restore_edited_files(entries: list[dict[str, Any]], say: Say) -> int:
