@@ -311,11 +311,14 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
                 failures.append(f"cannot remove {path}: {exc.strerror or exc}")
                 continue
             removed_from.add(path.parent)
+        digests_before = {p: d for entries in before["dists"].values() for e in entries
+                          for p, d in e["files"].items()}
         for original, copy in copies.items():
             target = Path(original)
             # Unchanged files are left be: one the installer could not touch (chattr +i, a
             # read-only folder) cannot be written by us either, and needs nothing.
-            if target.is_file() and not target.is_symlink() and _hash(original) == _hash(copy):
+            if target.is_file() and not target.is_symlink() and _hash(original) == (
+                    digests_before.get(original) or _hash(copy)):
                 continue
             try:
                 if target.is_dir() and not target.is_symlink():
