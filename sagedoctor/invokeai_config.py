@@ -249,8 +249,12 @@ def refuse_if_running(path: Path, venv: Path,
 
 def apply_settings(path: Path, settings: Mapping[str, str], python: Path, venv: Path,
                    processes: Callable[[], Iterable[ProcessInfo]] = running_processes,
-                   now: datetime | None = None) -> ConfigEdit:
-    """Set the keys in invokeai.yaml (created if missing) and return how to undo it."""
+                   now: datetime | None = None,
+                   before_write: Callable[[ConfigEdit], None] | None = None) -> ConfigEdit:
+    """Set the keys in invokeai.yaml (created if missing) and return how to undo it.
+
+    `before_write` gets the edit once the backup exists and before the file changes: the
+    install journals it there, so a run killed right after the write is still undone."""
     refuse_if_running(path, venv, processes)
     exists = path.is_file()
     bom, text, newline = _read(path) if exists else (False, "", "\n")
@@ -260,10 +264,13 @@ def apply_settings(path: Path, settings: Mapping[str, str], python: Path, venv: 
     if exists:
         backup = backup_path(path, now or datetime.now(timezone.utc))
         shutil.copy2(path, backup)
+    edit = ConfigEdit(str(path), str(backup) if backup else None, tuple(settings.items()),
+                      validated_by)
+    if before_write is not None:
+        before_write(edit)
     data = (BOM if bom else b"") + new_text.replace("\n", newline).encode("utf-8")
     _atomic_write(path, data)
-    return ConfigEdit(str(path), str(backup) if backup else None, tuple(settings.items()),
-                      validated_by)
+    return edit
 
 
 def undo_edit(edit: ConfigEdit) -> str:
@@ -280,13 +287,15 @@ def undo_edit(edit: ConfigEdit) -> str:
 
 
 def enable_invokeai(settings: Iterable[tuple[str, str]], config_path: str | None,
-                    python: Path, progress: Callable[[str], None]) -> ConfigEdit:
+                    python: Path, progress: Callable[[str], None],
+                    before_write: Callable[[ConfigEdit], None] | None = None) -> ConfigEdit:
     """The install's enable-invokeai step (the plan holds it only where the installed InvokeAI
     declares the key)."""
     if config_path is None:
         raise InvokeAIConfigError("the plan names no invokeai.yaml", "pass --root DIR")
     venv = python.parent.parent  # bin/python and Scripts\python.exe alike
-    edit = apply_settings(Path(config_path), dict(settings), python, venv)
+    edit = apply_settings(Path(config_path), dict(settings), python, venv,
+                          before_write=before_write)
     what = ", ".join(f"{k}: {v}" for k, v in edit.settings)
     progress(f"set {what} in {edit.path} (checked by {edit.validated_by}; backup "
              f"{edit.backup or 'none: the file is new'})")

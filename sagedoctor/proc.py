@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -84,16 +85,29 @@ def run_tool(
     except PermissionError as exc:
         raise ToolMissing(f"{argv[0]} (not executable)") from exc
     data = input_text.encode() if input_text else None
-    if max_output_bytes is not None:
-        out, err = _communicate_capped(proc, argv, data, limit, max_output_bytes)
-        return ToolResult(tuple(argv), proc.returncode, out.decode("utf-8", errors="replace"),
-                          err.decode("utf-8", errors="replace"))
     try:
-        out, err = proc.communicate(input=data, timeout=limit)
-    except subprocess.TimeoutExpired:
+        if max_output_bytes is not None:
+            out, err = _communicate_capped(proc, argv, data, limit, max_output_bytes)
+        else:
+            try:
+                out, err = proc.communicate(input=data, timeout=limit)
+            except subprocess.TimeoutExpired:
+                _kill_tree(proc)
+                proc.communicate()
+                raise ToolTimeout(argv, limit) from None
+    except (ToolTimeout, ToolOutputTooLarge):
+        raise  # the tree is killed already
+    except BaseException:
+        # Ctrl+C, or a signal handler that raises: the tool runs in its own session, so no
+        # signal reaches it, and nothing would stop it once we are gone.
         _kill_tree(proc)
-        proc.communicate()
-        raise ToolTimeout(argv, limit) from None
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=5)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        raise
     return ToolResult(
         tuple(argv),
         proc.returncode,
@@ -172,5 +186,20 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
         )
         proc.kill()
         return
-    with contextlib.suppress(ProcessLookupError):
+    # The group takes the whole tree at once (no child can fork past it); a descendant that
+    # started a session of its own has left the group, so it is found and killed by pid.
+    stragglers = _descendants(proc.pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    for child in stragglers:
+        with contextlib.suppress(Exception):
+            child.kill()  # psutil checks the pid was not reused
+
+
+def _descendants(pid: int) -> list[Any]:
+    try:
+        import psutil
+
+        return list(psutil.Process(pid).children(recursive=True))
+    except Exception:  # psutil missing, or the tool already gone
+        return []

@@ -81,6 +81,9 @@ if os.path.exists("SLOW"):  # a long compile with a child of its own, like ninja
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     open(os.environ["BUILD_PIDS"], "w").write(f"{os.getpid()} {child.pid}")
     time.sleep(600)
+if os.path.exists("PAUSE"):  # a build that takes a while and says what it does
+    print("[1/2] compiling the stand-in kernel", flush=True)
+    time.sleep(float(open("PAUSE").read()))
 keys = ["TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "EXT_PARALLEL", "NVCC_APPEND_FLAGS", "CUDA_HOME"]
 with open("sageattention/build_env.json", "w") as f:
     json.dump({k: os.environ.get(k) for k in keys}, f)
@@ -90,8 +93,9 @@ setup(name="sageattention", version="2.2.0", packages=["sageattention"],
 
 
 def fake_source(folder: Path, fail: bool = False, slow: bool = False,
-                kernel: str = SAGE_GOOD) -> Path:
-    """A stand-in SageAttention source tree: real setup.py, no CUDA, a CPU `sageattn`."""
+                kernel: str = SAGE_GOOD, pause: float | None = None) -> Path:
+    """A stand-in SageAttention source tree: real setup.py, no CUDA, a CPU `sageattn`.
+    slow: the build never ends; pause: it takes that many seconds."""
     folder.mkdir(parents=True)
     (folder / "setup.py").write_text(FAKE_SETUP, encoding="utf-8")
     (folder / "sageattention").mkdir()
@@ -100,6 +104,8 @@ def fake_source(folder: Path, fail: bool = False, slow: bool = False,
         (folder / "FAIL").write_text("", encoding="utf-8")
     if slow:
         (folder / "SLOW").write_text("", encoding="utf-8")
+    if pause is not None:
+        (folder / "PAUSE").write_text(str(pause), encoding="utf-8")
     return folder
 
 
@@ -185,6 +191,15 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
                 elif kind == "slow":  # bytes after a pause
                     time.sleep(1.0)
                     self._body(arg, "application/octet-stream")
+                elif kind == "trickle":  # a slow link: eight pieces, 0.15 s apart
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(arg)))
+                    self.end_headers()
+                    piece = -(-len(arg) // 8)
+                    for start in range(0, len(arg), piece):
+                        self.wfile.write(arg[start:start + piece])
+                        self.wfile.flush()
+                        time.sleep(0.15)
                 return
             self._body(route, "text/html" if self.path.endswith("/")
                        else "application/octet-stream")

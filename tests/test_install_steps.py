@@ -1,13 +1,15 @@
 """Every step kind of the executor against a real local HTTP server, real uv and a real venv
 (path with a space and non-ASCII): wheel download, triton-windows swap, index install, the
 fallback build, leftovers cleanup; the smoke check rejecting a wrong kernel; the cache
-(reinstall with zero requests, digests, offline); a server gone mid-download."""
+(reinstall with zero requests, digests, offline); a server gone mid-download; progress on a
+slow download and a long build."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,6 +164,10 @@ def test_a_wrong_kernel_from_the_index_is_rolled_back_and_the_source_build_follo
     assert "failed the smoke check, so it was rolled back; taking the next route" in out
     assert "[wrong]" in executor.fallback_reasons[0]
     assert "smoke check passed" in out.split("taking the next route")[1]
+    assert executor.messages[-1].startswith(  # type: ignore[attr-defined]
+        "installed by the source build of the pinned commit, because the wheel from "
+        f"{index} failed the smoke check: ")
+    assert installed_distributions(python)["sageattention"] == "2.2.0"
     assert json.loads((packages / "sageattention" / "build_env.json").read_text())
 
 
@@ -271,3 +277,37 @@ def test_a_redirect_to_another_host_is_refused(venv: tuple[Path, Path], tmp_path
     with pytest.raises(HostileDownload, match="redirects to another host"):
         run(python, tmp_path, step)
     assert not list((tmp_path / "cache").rglob("*.whl"))
+
+
+# --- progress on long work ------------------------------------------------------------------------
+
+def test_a_slow_download_reports_its_bytes_as_it_goes(venv: tuple[Path, Path], tmp_path: Path,
+                                                      site: Site) -> None:
+    python, _packages = venv
+    wheel = make_wheel(tmp_path / "w", "sageattention", "2.2.0",
+                       {"sageattention/__init__.py": SAGE_GOOD,
+                        "sageattention/kernels.bin": "x" * (4 << 20)})  # stored: 4 MiB
+    step = wheel_step(site, wheel)
+    site.routes[f"/dl/{wheel.name}"] = ("trickle", wheel.read_bytes())
+    _executor, out = run(python, tmp_path, step, report_every=0.3)
+    reports = re.findall(rf"downloading {re.escape(wheel.name)}: ([\d.]+) MiB of "
+                         r"([\d.]+) MiB \((\d+)%\), \d+ s", out)
+    assert len(reports) >= 2, out  # about 1.2 s of trickle, a report every 0.3 s
+    done = [float(r[0]) for r in reports]
+    assert done == sorted(done) and done[0] < done[-1] < 4.1
+    assert {r[1] for r in reports} == {f"{wheel.stat().st_size / (1 << 20):.1f}"}
+    assert re.search(rf"downloaded {re.escape(wheel.name)}: 4\.0 MiB in [\d.]+ s", out), out
+    assert installed_distributions(python)["sageattention"] == "2.2.0"
+
+
+def test_a_long_build_says_its_time_and_latest_line(venv: tuple[Path, Path],
+                                                    tmp_path: Path) -> None:
+    python, _packages = venv
+    step = Step("build-from-source", "Build", "why", ("sageattention",),
+                build=settings_for(str(fake_source(tmp_path / "src", pause=1.5))))
+    _executor, out = run(python, tmp_path, step, report_every=0.4)
+    beats = re.findall(r"still building \((\d+) s\): (.*)", out)
+    assert len(beats) >= 2, out
+    assert [int(b[0]) for b in beats] == sorted(int(b[0]) for b in beats)
+    assert "[1/2] compiling the stand-in kernel" in {line for _s, line in beats}
+    assert out.index("still building") < out.index("built sageattention-2.2.0")

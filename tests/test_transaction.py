@@ -1,11 +1,14 @@
 """The install transaction in real venvs with real uv: rollback proven by hashes when uv fails
-half-way, a cancel from the progress callback, SIGTERM and SIGKILL mid-build (no orphan, the
-next run recovers), SIGKILL mid-change, and two installs at once."""
+half-way, a file uv cannot remove (chattr +i), a cancel from the progress callback, SIGTERM and
+SIGHUP mid-build (no orphan), SIGKILL mid-build, mid-change and after the invokeai.yaml write
+(the next run recovers), and two installs at once."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,10 +102,13 @@ from sagedoctor.install.execute import execute_plan
 from sagedoctor.resolve import Step
 from tests.test_install_kit import plan, settings_for
 cfg = json.loads(sys.argv[1])
-step = Step("build-from-source", "Build", "why", ("sageattention",),
-            build=settings_for(cfg["source"]))
+steps = [Step("build-from-source", "Build", "why", ("sageattention",),
+              build=settings_for(cfg["source"]))]
+if cfg.get("config"):  # last, so the smoke check (which can be made to hang) follows it
+    steps.append(Step("enable-invokeai", "Enable", "why", paths=(cfg["config"],),
+                      config=(("attention_backend", "sage"),)))
 try:
-    execute_plan(plan(Path(cfg["python"]), step), lambda m: print(m, flush=True),
+    execute_plan(plan(Path(cfg["python"]), *steps), lambda m: print(m, flush=True),
                  Path(cfg["logs"]), "0.1.0", cache_dir=Path(cfg["cache"]),
                  state_root=Path(cfg["state"]))
 except Exception as exc:
@@ -113,9 +119,11 @@ print("DONE", flush=True)
 """
 
 
-def start(python: Path, source: Path, tmp_path: Path) -> subprocess.Popen[str]:
+def start(python: Path, source: Path, tmp_path: Path,
+          config: Path | None = None) -> subprocess.Popen[str]:
     cfg = {"python": str(python), "source": str(source), "logs": str(tmp_path / "logs"),
-           "cache": str(tmp_path / "cache"), "state": str(tmp_path / "state")}
+           "cache": str(tmp_path / "cache"), "state": str(tmp_path / "state"),
+           "config": str(config) if config else None}
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), BUILD_PIDS=str(tmp_path / "pids"),
                SAGEDOCTOR_SMOKE_DEVICE="cpu", SMOKE_HANG_FILE=str(tmp_path / "hang"))
     (tmp_path / "tmp").mkdir(exist_ok=True)
@@ -146,21 +154,27 @@ def build_pids(tmp_path: Path) -> list[int]:
     return [int(p) for p in (tmp_path / "pids").read_text().split()]
 
 
-def test_sigterm_mid_build_kills_the_build_tree_and_cleans_up(venv: tuple[Path, Path],
-                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["TERM", "HUP"])
+def test_sigterm_or_sighup_mid_build_kills_the_build_tree_and_cleans_up(venv: tuple[Path, Path],
+                                                              tmp_path: Path,
+                                                              signum: int) -> None:
     python, site = venv
     before = tree_hashes(site)
     proc = start(python, fake_source(tmp_path / "src", slow=True), tmp_path)
     pids = build_pids(tmp_path)
     assert all(alive(p) for p in pids)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 3, out
-    assert "InstallInterrupted SD912" in out and "stopped by SIGTERM" in out
+    name = signal.Signals(signum).name
+    assert "InstallInterrupted SD912" in out and f"stopped by {name}" in out
     wait_for(lambda: not any(alive(p) for p in pids), "the build tree to die", 10)
     assert list((tmp_path / "tmp").iterdir()) == []  # the temporary folder is gone
     assert tree_hashes(site) == before
     assert not list((tmp_path / "state").rglob("journal.json"))
+    again = start(python, fake_source(tmp_path / "src2"), tmp_path)  # nothing left to recover
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0 and "DONE" in out and "interrupted" not in out, out
 
 
 def test_sigkill_mid_build_is_recovered_by_the_next_run(venv: tuple[Path, Path],
@@ -208,6 +222,75 @@ def test_sigkill_mid_change_is_rolled_back_by_the_next_run(venv: tuple[Path, Pat
     assert tree_hashes(site) == before
 
 
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("existed", [True, False], ids=["edited", "created"])
+def test_sigkill_after_the_invokeai_yaml_write_is_undone_by_the_next_run(
+        venv: tuple[Path, Path], tmp_path: Path, existed: bool) -> None:
+    python, site = venv
+    config = tmp_path / "invoke root ü" / "invokeai.yaml"
+    config.parent.mkdir()
+    original = b"# mine\r\nschema_version: 4.0.3\r\nprecision: float16\r\n"
+    if existed:
+        config.write_bytes(original)
+    before = tree_hashes(site)
+    (tmp_path / "hang").write_text("", encoding="utf-8")  # the smoke check after it hangs
+    proc = start(python, fake_source(tmp_path / "src"), tmp_path, config=config)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("smoke check:"):
+            break
+    proc.kill()  # the yaml is written: its step came last, right before the smoke check
+    proc.communicate(timeout=30)
+    (tmp_path / "hang").unlink()
+    assert any(line.startswith("set attention_backend: sage in") for line in seen), seen
+    assert b"attention_backend: sage" in config.read_bytes()
+    journal = json.loads(next((tmp_path / "state").rglob("journal.json")).read_text())
+    [entry] = journal["edited_files"]
+    assert entry["path"] == str(config)
+    assert entry["sha256_before"] == (hashlib.sha256(original).hexdigest() if existed else None)
+    for bak in config.parent.glob("invokeai.yaml.sagedoctor-*.bak"):
+        bak.unlink()  # the user's copy may go: the journal keeps its own
+    again = start(python, fake_source(tmp_path / "src2"), tmp_path)
+    out, _ = again.communicate(timeout=120)
+    assert "RecoveredInterruptedRun SD914" in out, out
+    if existed:
+        assert f"restored {config} (sha256 {entry['sha256_before'][:12]}" in out, out
+        assert sha256_of(config) == hashlib.sha256(original).hexdigest()
+        assert "1 edited config file(s) restored" in out
+    else:
+        assert f"removed {config} (the install had created it)" in out, out
+        assert not config.exists()
+    assert tree_hashes(site) == before
+    assert not list((tmp_path / "state").rglob("journal.json"))
+
+
+def test_a_failed_smoke_check_after_the_yaml_edit_restores_it_by_hash(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    from tests.test_install_kit import SAGE_GARBAGE
+
+    python, site = venv
+    config = tmp_path / "root" / "invokeai.yaml"
+    config.parent.mkdir()
+    config.write_text("# mine\nschema_version: 4.0.3\n", encoding="utf-8")
+    digest = sha256_of(config)
+    before = tree_hashes(site)
+    enable = Step("enable-invokeai", "Enable", "why", paths=(str(config),),
+                  config=(("attention_backend", "sage"),))
+    messages: list[str] = []
+    with pytest.raises(InstallError, match="smoke check") as info:
+        executor(python, tmp_path, build_step(fake_source(tmp_path / "src", kernel=SAGE_GARBAGE)),
+                 enable, progress=messages.append).run("0.1.0")
+    assert any(m.startswith("set attention_backend: sage") for m in messages)
+    assert "1 edited config file(s) restored" in info.value.fix
+    assert sha256_of(config) == digest
+    assert tree_hashes(site) == before
+
+
 def test_two_installs_at_once_the_second_is_refused_with_its_own_log(
         venv: tuple[Path, Path], tmp_path: Path) -> None:
     python, _site = venv
@@ -239,3 +322,51 @@ def test_a_signal_during_a_uv_call_waits_for_it_then_stops_the_run() -> None:
     with interrupts_raise(), pytest.raises(InstallInterrupted, match="SIGHUP"):
         os.kill(os.getpid(), signal.SIGHUP)
         time.sleep(1)
+
+
+# --- a file uv cannot remove ----------------------------------------------------------------------
+
+def undeletable(path: Path) -> tuple[str, Any]:
+    """Make `path` impossible to remove, as the issue's `chattr +i` did; returns (how, undo).
+
+    chattr +i needs CAP_LINUX_IMMUTABLE and a filesystem that has the flag; where that fails, a
+    read-only parent folder stops a non-root uv the same way (root ignores folder modes, so
+    then the test cannot be made and is skipped)."""
+    chattr = shutil.which("chattr")
+    if chattr and subprocess.run([chattr, "+i", str(path)], capture_output=True).returncode == 0:
+        return "chattr +i", lambda: subprocess.run([chattr, "-i", str(path)], check=True)
+    if os.geteuid() != 0:
+        folder = path.parent
+        folder.chmod(0o555)
+        return "read-only folder", lambda: folder.chmod(0o755)
+    pytest.skip("neither chattr +i nor a read-only folder can stop this user removing a file")
+
+
+def test_a_file_uv_cannot_remove_is_rolled_back_and_said_plainly(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    from sagedoctor.install.execute import installed_distributions
+    from sagedoctor.install.runner import Installer
+    from tests.test_install_kit import sage_wheel
+
+    monkeypatch.setenv("SAGEDOCTOR_SMOKE_DEVICE", "cpu")
+    python, site = torch_venv(tmp_path / "app venv ü")
+    # Installed by real uv, so its RECORD lists its dist-info too (uv removes that first).
+    Installer.for_target(python).install([str(sage_wheel(tmp_path / "old", "2.1.1"))])
+    before = tree_hashes(site)
+    how, undo = undeletable(site / "sageattention" / "core.py")
+    try:
+        with pytest.raises(InstallError) as info:
+            executor(python, tmp_path, build_step(fake_source(tmp_path / "src"))).run("0.1.0")
+        after = tree_hashes(site)
+        dists = installed_distributions(python)
+    finally:
+        undo()
+    message = f"{info.value.message} | {info.value.fix}"
+    assert "failed" in info.value.message, (how, message)
+    assert "not changed" not in message and "Already done: nothing" not in message
+    assert "files match their sha256 from before" in info.value.fix, message
+    assert "sageattention 2.1.1" in info.value.fix
+    assert dists["sageattention"] == "2.1.1"  # not None, as `check` showed before the fix
+    assert after == before
+    assert not list((tmp_path / "state").rglob("journal.json"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ..install_record import record_install
-from ..invokeai_config import ConfigEdit, enable_invokeai, undo_edit
+from ..invokeai_config import ConfigEdit, enable_invokeai
 from ..proc import ToolMissing, ToolTimeout, run_tool
 from ..resolve import BuildSettings, Plan, Step
 from .bundle import build_runtime_wheel
@@ -50,6 +51,7 @@ from .transaction import (
     LIGHT,
     Journal,
     back_up,
+    journal_entry_for_edit,
     recover_interrupted,
     roll_back,
     snapshot_differences,
@@ -66,6 +68,7 @@ SAGE_ACTIONS = frozenset({"install-wheel", "install-from-index", "build-from-sou
 PACKAGE_ACTIONS = SAGE_ACTIONS | {"install", "bundle-runtime"}
 DEFAULT_INDEX = "https://pypi.org/simple/"
 GITHUB_API = "https://api.github.com"
+REPORT_EVERY_S = 15.0  # progress on a long download or build, so it never looks hung
 _LIST_DISTS = ("import json, importlib.metadata as m\n"
                "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions() "
                "if d.metadata['Name']}))")
@@ -114,6 +117,10 @@ def _local(url: str) -> str | None:
     return host if host in LOCAL_HOSTS else None
 
 
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
+
+
 def _pinned(requirement: str) -> bool:
     spec = list(Requirement(requirement).specifier)
     return len(spec) == 1 and spec[0].operator in ("==", "===") and "*" not in spec[0].version
@@ -123,7 +130,8 @@ class Executor:
     def __init__(self, plan: Plan, progress: Progress, work: Path, log_dir: Path, *,
                  cache_dir: Path | None = None, offline: bool = False,
                  state_root: Path | None = None, source_url: str | None = None,
-                 github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S) -> None:
+                 github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S,
+                 report_every: float = REPORT_EVERY_S) -> None:
         self.plan = plan
         self.python = Path(plan.python)
         self.prefix = Path(plan.prefix)
@@ -136,6 +144,7 @@ class Executor:
         self.source_url = source_url
         self.github_api = github_api
         self.smoke_timeout = smoke_timeout
+        self.report_every = report_every
         self.installer = Installer.for_target(self.python, self.cache.uv_dir, offline)
         self.done: list[str] = []
         self.downloaded_bytes = 0
@@ -283,8 +292,18 @@ class Executor:
         folder = self.work / "downloads"
         folder.mkdir(parents=True, exist_ok=True)
         self.say(f"downloading {url}")
-        got = download(url, folder / name, expected, allow_http_host=_local(url))
-        self.downloaded_bytes += (folder / name).stat().st_size
+        began = time.monotonic()
+
+        def report(done: int, total: int | None) -> None:
+            of = f" of {_mib(total)} ({100 * done / total:.0f}%)" if total else ""
+            self.say(f"downloading {name}: {_mib(done)}{of}, "
+                     f"{time.monotonic() - began:.0f} s")
+
+        got = download(url, folder / name, expected, allow_http_host=_local(url),
+                       report=report, report_every=self.report_every)
+        size = (folder / name).stat().st_size
+        self.downloaded_bytes += size
+        self.say(f"downloaded {name}: {_mib(size)} in {time.monotonic() - began:.1f} s")
         path = self.cache.store(folder / name, name, got, url)
         self.say(f"sha256 {got} ({how if expected else 'measured on first download'}; "
                  f"stored in the cache)")
@@ -335,7 +354,8 @@ class Executor:
         build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=self.work))
         journal = self.journal
         wheel = build_wheel(self.python, settings, source, build_dir, self.log.path, self.say,
-                            self.installer, started=lambda pid: journal.write(build_pgid=pid))
+                            self.installer, started=lambda pid: journal.write(build_pgid=pid),
+                            report_every=self.report_every)
         journal.write(build_pgid=None)
         return self.cache.store_built(key, wheel) if key is not None else wheel
 
@@ -362,7 +382,7 @@ class Executor:
         backups = back_up(before, self.journal.backup, extra=strays)
         self.journal.write(phase="changing", names=sorted(names), snapshot=before,
                            backups=backups, additions=additions, moved=moves,
-                           backup_dir=str(self.journal.backup))
+                           backup_dir=str(self.journal.backup), edited_files=[])
         dists_before: dict[str, str] = before["all"]
         self.done = []
         self.edits: list[ConfigEdit] = []
@@ -385,22 +405,22 @@ class Executor:
         record_install(self.plan.prefix, dists_before, now["all"],
                        self.plan.changed_distributions)
         self.say("committed: " + "; ".join(self.done))
+        for reason in self.fallback_reasons:  # said again at the end: the build log is long
+            self.say(f"installed by the source build of the pinned commit, because {reason}")
 
     def _roll_back_and_raise(self, exc: BaseException) -> None:
         assert self.journal is not None
         self.say(f"rolling back: {exc}")
-        for edit in reversed(getattr(self, "edits", [])):
-            self.say(undo_edit(edit))
-        try:
+        try:  # invokeai.yaml too: it is in the journal, as it is for a killed run's recovery
             state = roll_back(self.journal.data, self.say)
         except RollbackIncomplete as failed:
             raise failed from exc
         self.say(state)
-        done = "; ".join(self.done) or "nothing"
+        undone = (f"Rolled back ({'; '.join(self.done)} undone)" if self.done
+                  else "Rolled back what the failed step had changed")
         if isinstance(exc, InstallError):
             try:
-                wrapped = type(exc)(exc.message, f"Rolled back ({done} undone): {state}. "
-                                    f"{exc.fix}".strip())
+                wrapped = type(exc)(exc.message, f"{undone}: {state}. {exc.fix}".strip())
             except TypeError:
                 wrapped = InstallError(exc.message, f"Rolled back: {state}. {exc.fix}")
             raise wrapped from exc
@@ -439,7 +459,18 @@ class Executor:
             self.installer.install([str(wheel)], reinstall=True)
         elif step.action == "enable-invokeai":  # undone on rollback, from its backup
             self.edits.append(enable_invokeai(step.config, next(iter(step.paths), None),
-                                              self.python, self.say))
+                                              self.python, self.say,
+                                              before_write=self._journal_edit))
+
+    def _journal_edit(self, edit: ConfigEdit) -> None:
+        """Named in the journal before the file changes: a run killed right after the write
+        is undone by the next run's recovery, like the venv's files."""
+        assert self.journal is not None
+        earlier = self.journal.data.get("edited_files", [])
+        entry = journal_entry_for_edit(Path(edit.path),
+                                       Path(edit.backup) if edit.backup else None,
+                                       self.journal.backup / f"edited-{len(earlier)}")
+        self.journal.write(edited_files=[*earlier, entry])
 
     def _smoke(self) -> None:
         if self._sage_step() is None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import re
 import tarfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -66,14 +68,19 @@ def _open(client: Any, url: str, headers: dict[str, str]) -> Any:
 
 
 def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str | None = None,
-             timeout: float = 60.0, max_bytes: int = MAX_DOWNLOAD_BYTES) -> str:
-    """Stream `url` to `dest`; returns the sha256. A known digest must match."""
+             timeout: float = 60.0, max_bytes: int = MAX_DOWNLOAD_BYTES,
+             report: Callable[[int, int | None], None] | None = None,
+             report_every: float = 15.0) -> str:
+    """Stream `url` to `dest`; returns the sha256. A known digest must match.
+
+    `report(bytes so far, declared size or None)` is called every `report_every` seconds."""
     import httpx
 
     check_url(url, allow_http_host)
     digest = hashlib.sha256()
     partial = dest.with_name(dest.name + ".part")
     size = 0
+    last_report = time.monotonic()
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False) as client:
             response = _open(client, url, {})
@@ -94,6 +101,9 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
                                 "download?); nothing was installed")
                         digest.update(chunk)
                         handle.write(chunk)
+                        if report is not None and time.monotonic() - last_report >= report_every:
+                            last_report = time.monotonic()
+                            report(size, int(declared) if declared.isdigit() else None)
             finally:
                 response.close()
     except httpx.HTTPError as exc:

@@ -51,11 +51,13 @@ def _tools_present(python: Path) -> bool:
 
 def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
                 log_path: Path, progress: Progress, installer: Installer,
-                started: Callable[[int], None] | None = None) -> Path:
+                started: Callable[[int], None] | None = None,
+                report_every: float = 15.0) -> Path:
     """Build a wheel from `source` into `work`; returns its path. Raises InstallError.
 
     The build's output is appended to `log_path` (the run's one log); `started` gets the
-    build's process group id, so a journal can name it for a later run to kill."""
+    build's process group id, so a journal can name it for a later run to kill. Every
+    `report_every` seconds the time so far and the build's latest output line are said."""
     if not (source / "setup.py").is_file():
         raise InstallError(f"{source} has no setup.py", "pass a SageAttention source folder")
     tree = work / "src"
@@ -81,10 +83,12 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
             started(proc.pid)
         wheel_name = None
         stop = threading.Event()
+        latest = [""]  # the build's last output line, for the heartbeat
 
         def heartbeat() -> None:
-            while not stop.wait(30):
-                progress(f"still building ({time.monotonic() - began:.0f} s)")
+            while not stop.wait(report_every):
+                line = f": {latest[0][:120]}" if latest[0] else ""
+                progress(f"still building ({time.monotonic() - began:.0f} s){line}")
 
         ticker = threading.Thread(target=heartbeat, daemon=True)
         ticker.start()
@@ -92,6 +96,8 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
             for raw in proc.stdout:
                 line = raw.decode("utf-8", errors="replace")
                 log.write(line)
+                if line.strip():
+                    latest[0] = line.strip()
                 if line.startswith("SAGEDOCTOR_WHEEL="):
                     wheel_name = line.split("=", 1)[1].strip()
             code = proc.wait()

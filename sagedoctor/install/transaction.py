@@ -241,6 +241,43 @@ def _prune(folders: set[Path], keep: set[Path], stop: Path) -> None:
             current = current.parent
 
 
+def journal_entry_for_edit(path: Path, backup: Path | None, keep: Path) -> dict[str, Any]:
+    """What the journal keeps of a file the install is about to edit (invokeai.yaml): a copy
+    of its backup in the journal's own folder `keep` (the one beside the file is the user's to
+    delete) and the sha256 the file had (None: the install creates it)."""
+    if backup is None:
+        return {"path": str(path), "backup": None, "sha256_before": None}
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(backup, keep)
+    return {"path": str(path), "backup": str(keep), "sha256_before": file_sha256(keep)}
+
+
+def restore_edited_files(entries: list[dict[str, Any]], say: Say) -> int:
+    """Put each journaled file back from its backup, newest edit first, proven by sha256."""
+    for entry in reversed(entries):
+        path = Path(str(entry.get("path")))
+        before = entry.get("sha256_before")
+        if before is None:
+            if path.exists():
+                path.unlink()
+                say(f"removed {path} (the install had created it)")
+            continue
+        if _hash(str(path)) != before:
+            backup = Path(str(entry.get("backup")))
+            if _hash(str(backup)) != before:
+                raise RollbackIncomplete(
+                    f"{path} cannot be put back: its backup {backup} is gone or changed",
+                    f"restore {path} by hand; the journal is kept")
+            staged = path.with_name(f".{path.name}.sagedoctor-restore")
+            shutil.copy2(backup, staged)
+            os.replace(staged, path)
+        if _hash(str(path)) != before:
+            raise RollbackIncomplete(f"{path} could not be restored from {entry.get('backup')}",
+                                     f"restore {path} by hand; the journal is kept")
+        say(f"restored {path} (sha256 {before[:12]}..., as before the install)")
+    return len(entries)
+
+
 def roll_back(data: dict[str, Any], say: Say) -> str:
     """Undo the change phase the journal describes; returns the proven state, or raises."""
     python = Path(data["python"])
@@ -264,28 +301,45 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
                 if Path(entry["dist_info"]) not in dist_infos_before:
                     added.add(Path(entry["dist_info"]))
         removed_from: set[Path] = set()
+        failures: list[str] = []  # each is tried; the proof below says what stayed wrong
         for path in sorted(added, key=lambda p: len(p.parts), reverse=True):
             if str(path) in owned_before or not (path.exists() or path.is_symlink()):
                 continue
-            _remove(path)
+            try:
+                _remove(path)
+            except OSError as exc:
+                failures.append(f"cannot remove {path}: {exc.strerror or exc}")
+                continue
             removed_from.add(path.parent)
+        digests_before = {p: d for entries in before["dists"].values() for e in entries
+                          for p, d in e["files"].items()}
         for original, copy in copies.items():
             target = Path(original)
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)  # a file replaced by a folder: put the file back
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(copy, target)
+            # Unchanged files are left be: one the installer could not touch (chattr +i, a
+            # read-only folder) cannot be written by us either, and needs nothing.
+            if target.is_file() and not target.is_symlink() and _hash(original) == (
+                    digests_before.get(original) or _hash(copy)):
+                continue
+            try:
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)  # a file replaced by a folder: put the file back
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(copy, target)
+            except OSError as exc:
+                failures.append(f"cannot restore {original}: {exc.strerror or exc}")
         keep = {Path(p).parent for p in owned_before} | dist_infos_before
         _prune(removed_from, keep, Path(before["purelib"]))
+        edited = restore_edited_files(list(data.get("edited_files") or []), say)
         after = take_snapshot(python, names)
-    differences = snapshot_differences(before, after)
+    differences = failures + snapshot_differences(before, after)
     if differences:
         raise RollbackIncomplete(
             "the rollback could not restore everything: " + "; ".join(differences),
             f"the backed-up files are kept in {data.get('backup_dir')}; reinstall the "
             "named distributions with the venv's installer")
+    configs = f"; {edited} edited config file(s) restored" if edited else ""
     return (f"the venv is as before the install: {describe(before)}; "
-            f"{file_count(before)} files match their sha256 from before")
+            f"{file_count(before)} files match their sha256 from before{configs}")
 
 
 def kill_group(pgid: int | None) -> bool:
