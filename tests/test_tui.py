@@ -224,7 +224,9 @@ async def test_saved_report_is_what_check_json_writes(tmp_path: Path,
         await pilot.press("a")
         assert isinstance(app.screen, ActionsScreen)
         assert "only the report can be saved" in static(app, "#actions-target")
-        await pilot.press("down", "down", "enter")
+        await pilot.press("enter")  # InvokeAI: there is no venv of this machine to change
+        assert "no venv of this machine" in static(app, "#action-result")
+        await pilot.press(*["down"] * 4, "enter")
         assert "Logs are kept in" in static(app, "#action-result")
         await pilot.press("down", "enter")
         assert app.screen.focused is app.screen.query_one("#report-path", Input)
@@ -245,14 +247,21 @@ async def test_enable_and_disable_switch_the_start_up_hook(tmp_path: Path) -> No
         await settle(pilot)
         await pilot.press("a")
         assert "(start-up hook: off)" in static(app, "#actions-target")
-        await pilot.press("enter")  # enable, without a passing verify: refused
+        assert "InvokeAI: not installed in this venv" in static(app, "#actions-target")
+        await pilot.press("enter")  # InvokeAI on, where there is no InvokeAI: said
+        await settle(pilot)
+        assert "SD971" in static(app, "#action-result") and not hook.exists()
+        await pilot.press("down", "down", "enter")  # enable, without a passing verify: refused
+        await settle(pilot)
         assert "SD930" in static(app, "#action-result") and not hook.exists()
         verified = venv / "sagedoctor" / "verified.json"
         verified.parent.mkdir()
         verified.write_text(json.dumps({"verdict": "routing"}), encoding="utf-8")
         await pilot.press("enter")
+        await settle(pilot)
         assert hook.is_file() and "(start-up hook: on)" in static(app, "#actions-target")
         await pilot.press("down", "enter")
+        await settle(pilot)
         assert not hook.exists() and "Disabled" in static(app, "#action-result")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,24 @@ class Session:
         self.plan = resolve_plan(self.facts, self.index, ResolveOptions(
             source_dir=source, use_linux_indexes=self.options.use_linux_indexes))
         return self.plan
+
+    def switch_invokeai(self, on: bool) -> str:
+        """SageAttention on or off for the target's InvokeAI; says which route was taken."""
+        from .invokeai_switch import (
+            InvokeAISwitchError,
+            disable_in_invokeai,
+            enable_in_invokeai,
+            reread,
+        )
+
+        target = self.target
+        if target is None or self.facts is None:
+            raise InvokeAISwitchError("there is no venv of this machine to change",
+                                      "run `sagedoctor tui` without --facts")
+        said = (enable_in_invokeai if on else disable_in_invokeai)(target, self.facts.invokeai)
+        if self.facts.invokeai is not None:
+            self.facts = replace(self.facts, invokeai=reread(self.facts.invokeai))
+        return said
 
     def report_json(self) -> str:
         """What `check --json` writes: facts and findings, for a bug report."""
