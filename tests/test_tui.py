@@ -20,6 +20,7 @@ from sagedoctor.facts import load_facts_file
 from sagedoctor.index import load_index
 from sagedoctor.resolve import Plan, ResolveOptions, resolve_plan
 from sagedoctor.tui.app import SagedoctorApp
+from sagedoctor.tui.model import step_downloads
 from sagedoctor.tui.screens.actions import ActionsScreen
 from sagedoctor.tui.screens.check import CheckScreen
 from sagedoctor.tui.screens.help import HelpScreen
@@ -137,10 +138,13 @@ async def test_plan_screen_shows_every_step_with_its_reason_and_is_a_preview() -
         for step in plan.steps:
             assert step.title in steps and step.reason in steps
         wheel = next(s.wheel for s in plan.steps if s.wheel)
-        assert wheel.url in steps and "size: not in the index" in steps
+        assert wheel.url in steps
+        assert "size: size unknown (the index has no sizes" in steps
+        assert [d.what for s in plan.steps for d in step_downloads(s)] == [wheel.file]
         assert "venv: removes sageattention" in steps
         changes = static(app, "#plan-changes")
         assert "installs or replaces sageattention, sagedoctor-runtime" in changes
+        assert "Downloads: 1 file, total size unknown (the index has no sizes)." in changes
         assert "Preview only" in changes
         await pilot.press("i")  # facts of another machine: never carried out
         await pilot.pause()

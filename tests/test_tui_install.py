@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -23,6 +25,7 @@ from textual.widgets import Log, ProgressBar, Static
 from sagedoctor.install.execute import installed_distributions
 from sagedoctor.resolve import Plan, Step, WheelDownload
 from sagedoctor.tui.app import SagedoctorApp
+from sagedoctor.tui.model import human_bytes
 from sagedoctor.tui.screens.install import InstallScreen
 from sagedoctor.tui.screens.verify import VerifyScreen
 from sagedoctor.tui.session import TuiOptions
@@ -41,10 +44,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+PAD_BYTES = 3 << 20  # incompressible, stored: the wheel is a little over 3 MiB
+
+
 def make_wheel(path: Path) -> bytes:
     """A real, installable wheel standing in for SageAttention 2 (no kernels)."""
     files = {
         "sageattention/__init__.py": SAGE_GOOD.encode(),  # passes the smoke check on the CPU
+        "sageattention/_kernels.bin": os.urandom(PAD_BYTES),
         "sageattention-2.2.0.dist-info/METADATA":
             b"Metadata-Version: 2.1\nName: sageattention\nVersion: 2.2.0\n",
         "sageattention-2.2.0.dist-info/WHEEL":
@@ -215,3 +222,28 @@ async def test_cancel_during_the_download_leaves_the_venv_unchanged(
         assert app.screen is screen
         await pilot.press("b")
         assert app.screen is not screen
+
+
+async def test_download_bar_reaches_the_wheels_size_and_shows_the_rate(
+        venv: Path, https_server: tuple[str, Served], tmp_path: Path) -> None:
+    url, served = https_server
+    size = len(served.payload)
+    plan = the_plan(venv, url, hashlib.sha256(served.payload).hexdigest())
+    app = SagedoctorApp(TuiOptions(facts_file=PROFILE, log_dir=tmp_path / "logs"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _open_install(pilot, app, plan)
+        bar = screen.query_one("#transfer-bar", ProgressBar)
+        text = screen.query_one("#transfer-text", Static)
+        # The server holds the second half back: the bar stops at half, said in bytes.
+        deadline = time.monotonic() + 30
+        while bar.progress < size // 2 and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert bar.total == size and bar.progress == size // 2
+        assert str(text.render()).startswith(f"{human_bytes(size // 2)} of {human_bytes(size)}")
+        served.gate.set()
+        await settle(pilot)
+        assert screen.state == "done", "\n".join(screen.query_one(Log).lines)
+        assert bar.total == bar.progress == size
+        shown = str(text.render())
+        assert re.fullmatch(rf"{re.escape(human_bytes(size))} of {re.escape(human_bytes(size))}"
+                            r"  \d+(\.\d)? (B|KiB|MiB|GiB)/s  \d+:\d\d", shown), shown

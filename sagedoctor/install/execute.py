@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,7 @@ from .transaction import (
 from .wheelcheck import check_wheel, landing_paths
 
 Progress = Callable[[str], None]
+BytesProgress = Callable[[str, int, int | None], None]  # (file name, received, size or None)
 SUPPORTED = frozenset({"uninstall", "remove-leftovers", "install", "install-wheel",
                        "install-from-index", "build-from-source", "bundle-runtime",
                        "enable-invokeai", "verify"})
@@ -123,7 +125,9 @@ class Executor:
     def __init__(self, plan: Plan, progress: Progress, work: Path, log_dir: Path, *,
                  cache_dir: Path | None = None, offline: bool = False,
                  state_root: Path | None = None, source_url: str | None = None,
-                 github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S) -> None:
+                 github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S,
+                 on_bytes: BytesProgress | None = None,
+                 cancel: threading.Event | None = None) -> None:
         self.plan = plan
         self.python = Path(plan.python)
         self.prefix = Path(plan.prefix)
@@ -136,6 +140,8 @@ class Executor:
         self.source_url = source_url
         self.github_api = github_api
         self.smoke_timeout = smoke_timeout
+        self.on_bytes = on_bytes  # a download's bytes as they arrive (the TUI's rate)
+        self.cancel = cancel  # set: a running build is stopped (see build_wheel)
         self.installer = Installer.for_target(self.python, self.cache.uv_dir, offline)
         self.done: list[str] = []
         self.downloaded_bytes = 0
@@ -273,7 +279,10 @@ class Executor:
         folder = self.work / "downloads"
         folder.mkdir(parents=True, exist_ok=True)
         self.say(f"downloading {url}")
-        got = download(url, folder / name, expected, allow_http_host=_local(url))
+        report = self.on_bytes
+        got = download(url, folder / name, expected, allow_http_host=_local(url),
+                       on_bytes=None if report is None else
+                       (lambda received, size: report(name, received, size)))
         self.downloaded_bytes += (folder / name).stat().st_size
         path = self.cache.store(folder / name, name, got, url)
         self.say(f"sha256 {got} ({how if expected else 'measured on first download'}; "
@@ -325,7 +334,8 @@ class Executor:
         build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=self.work))
         journal = self.journal
         wheel = build_wheel(self.python, settings, source, build_dir, self.log.path, self.say,
-                            self.installer, started=lambda pid: journal.write(build_pgid=pid))
+                            self.installer, started=lambda pid: journal.write(build_pgid=pid),
+                            cancel=self.cancel)
         journal.write(build_pgid=None)
         return self.cache.store_built(key, wheel) if key is not None else wheel
 
@@ -444,7 +454,10 @@ class Executor:
 
 def execute_plan(plan: Plan, progress: Progress, log_dir: Path, runtime_version: str, *,
                  cache_dir: Path | None = None, offline: bool = False,
-                 source_url: str | None = None, state_root: Path | None = None) -> None:
+                 source_url: str | None = None, state_root: Path | None = None,
+                 on_bytes: BytesProgress | None = None,
+                 cancel: threading.Event | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="sagedoctor-") as tmp:
         Executor(plan, progress, Path(tmp), log_dir, cache_dir=cache_dir, offline=offline,
-                 source_url=source_url, state_root=state_root).run(runtime_version)
+                 source_url=source_url, state_root=state_root, on_bytes=on_bytes,
+                 cancel=cancel).run(runtime_version)

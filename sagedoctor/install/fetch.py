@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -66,8 +67,12 @@ def _open(client: Any, url: str, headers: dict[str, str]) -> Any:
 
 
 def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str | None = None,
-             timeout: float = 60.0, max_bytes: int = MAX_DOWNLOAD_BYTES) -> str:
-    """Stream `url` to `dest`; returns the sha256. A known digest must match."""
+             timeout: float = 60.0, max_bytes: int = MAX_DOWNLOAD_BYTES,
+             on_bytes: Callable[[int, int | None], None] | None = None) -> str:
+    """Stream `url` to `dest`; returns the sha256. A known digest must match.
+
+    on_bytes(received, declared size or None) is called as the body arrives (it may raise
+    to stop the download: the partial file is removed)."""
     import httpx
 
     check_url(url, allow_http_host)
@@ -85,6 +90,9 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
                 if declared.isdigit() and int(declared) > max_bytes:
                     raise HostileDownload(f"{url} is {int(declared)} bytes, over the bound of "
                                           f"{max_bytes}", "refused; nothing was installed")
+                total = int(declared) if declared.isdigit() else None
+                if on_bytes is not None:
+                    on_bytes(0, total)
                 with partial.open("wb") as handle:
                     for chunk in response.iter_bytes():
                         size += len(chunk)
@@ -94,6 +102,8 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
                                 "download?); nothing was installed")
                         digest.update(chunk)
                         handle.write(chunk)
+                        if on_bytes is not None:
+                            on_bytes(size, total)
             finally:
                 response.close()
     except httpx.HTTPError as exc:

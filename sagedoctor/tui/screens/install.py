@@ -1,31 +1,37 @@
-"""The install screen: execute_plan in a worker thread, its progress as a bar and a live log,
-and cancel (the progress callback raises InstallCancelled; the executor stops there)."""
+"""The install screen: execute_plan in a worker thread, its progress as bars (steps; the
+current download's bytes with rate and elapsed, or the build's elapsed time) and a live log,
+and cancel: the progress callbacks raise InstallCancelled and the executor stops and rolls
+back; a running build is stopped only once the user confirms. Afterwards the venv's files
+are hashed again and compared with a snapshot taken before the run."""
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, ClassVar
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Log, ProgressBar, Static
 
 from ... import __version__
 from ...install.execute import execute_plan
 from ...install.runner import InstallError
+from ...install.transaction import describe, file_count, snapshot_differences, take_snapshot
 from ...resolve import Plan
 from ..cancel import InstallCancelled, cancelled_in
-from ..model import step_progress
+from ..model import clock_text, step_progress, transfer_line
+from .confirm import ConfirmScreen
 
 if TYPE_CHECKING:
     from ..app import SagedoctorApp
 
 
-def _clock_text(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}:{secs:02d}"
+PUSH_EVERY_S = 0.1  # a download's bytes reach the screen at most this often
 
 
 class InstallScreen(Screen[None]):
@@ -33,9 +39,9 @@ class InstallScreen(Screen[None]):
 Install: the plan, carried out step by step. Downloads and
 builds come first; the venv changes only once every wheel
 exists and has passed its digest check.
-Esc  cancel: the current download or build stops at its next
-     event, nothing more is started, and the screen says what
-     state the venv is in
+Esc  cancel: a download stops at once, a build after you
+     confirm; what was changed is rolled back, and the screen
+     says what state the venv is in (its files hashed again)
 v    verify on the GPU (once done)     b  back (once done)
 """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -54,6 +60,12 @@ v    verify on the GPU (once done)     b  back (once done)
         self.finished_at: float | None = None
         self._worker_thread: int | None = None
         self.changing: list[str] = []  # steps that began changing the venv
+        self.stop_build = threading.Event()  # set once the user confirms stopping a build
+        self.build_started: float | None = None  # the build's start (tui clock), while it runs
+        self.transfer: tuple[str, int, int | None, float] | None = None  # name, got, size, t0
+        self._pushed = 0.0
+        self.venv_check = ""  # what the hashes said after a cancel or failure
+        self.downloading = False
 
     @property
     def tui(self) -> SagedoctorApp:
@@ -64,6 +76,9 @@ v    verify on the GPU (once done)     b  back (once done)
         yield Static(f"Installing into {self.plan.prefix}", id="install-state", markup=False)
         yield ProgressBar(total=len(self.plan.steps), show_eta=False, id="install-progress")
         yield Static("", id="install-elapsed", markup=False)
+        with Horizontal(id="transfer"):
+            yield ProgressBar(total=1, show_eta=False, id="transfer-bar")
+            yield Static("no download or build yet", id="transfer-text", markup=False)
         yield Log(id="install-log", auto_scroll=True)
         yield Footer()
 
@@ -79,22 +94,49 @@ v    verify on the GPU (once done)     b  back (once done)
         end = self.finished_at if self.finished_at is not None else self.tui.clock()
         label = "took" if self.finished_at is not None else "elapsed"
         self.query_one("#install-elapsed", Static).update(
-            f"{label} {_clock_text(end - self.started)}   step: {self.current}")
+            f"{label} {clock_text(end - self.started)}   step: {self.current}")
+        if self.transfer is not None and self.finished_at is None and self.downloading:
+            self._show_transfer()  # a stalled download shows its count and a falling rate
+        if self.build_started is not None:
+            self.query_one("#transfer-text", Static).update(
+                f"building  {clock_text(end - self.build_started)}  (output in the log file)")
 
     @work(thread=True, exclusive=True, group="install")
     def run_install(self) -> None:
         self._worker_thread = threading.get_ident()
+        before = self._snapshot()
         try:
-            execute_plan(self.plan, self._progress, self.tui.session.log_dir, __version__)
+            execute_plan(self.plan, self._progress, self.tui.session.log_dir, __version__,
+                         on_bytes=self._bytes, cancel=self.stop_build)
         except InstallError as exc:
+            self.venv_check = self._compare(before)
             self.app.call_from_thread(self._finished, exc)
             return
         except Exception as exc:  # e.g. an unwritable log folder: say so, keep the app up
             error = InstallError(f"the install stopped: {type(exc).__name__}: {exc}",
                                  f"the logs are in {self.tui.session.log_dir}")
+            self.venv_check = self._compare(before)
             self.app.call_from_thread(self._finished, error)
             return
         self.app.call_from_thread(self._finished, None)
+
+    def _snapshot(self) -> dict[str, Any] | None:
+        """The sha256 of every file of the distributions the plan touches (torch: its RECORD),
+        as the transaction takes it, to prove the state after a cancel or failure."""
+        try:
+            return take_snapshot(Path(self.plan.python), self.plan.changed_distributions)
+        except InstallError:
+            return None
+
+    def _compare(self, before: dict[str, Any] | None) -> str:
+        after = self._snapshot() if before is not None else None
+        if before is None or after is None:
+            return "The venv's files could not be read to check them."
+        differences = snapshot_differences(before, after)
+        if differences:
+            return "The venv differs from before: " + "; ".join(differences)
+        return (f"Checked: the venv is as before ({describe(before)}); "
+                f"{file_count(before)} files match their sha256 from before.")
 
     def _progress(self, message: str) -> None:
         """Called by the executor (and its build heartbeat thread) for each event."""
@@ -102,6 +144,28 @@ v    verify on the GPU (once done)     b  back (once done)
             # Only the executor's own thread may raise: a heartbeat thread would just die.
             raise InstallCancelled(self.current)
         self.app.call_from_thread(self._log, message)
+
+    def _bytes(self, name: str, received: int, size: int | None) -> None:
+        """Called by the download as its body arrives (in the executor's thread)."""
+        if self.cancel_requested.is_set() and threading.get_ident() == self._worker_thread:
+            raise InstallCancelled(f"the download of {name}")
+        if self.transfer is None or self.transfer[0] != name or received == 0:
+            self.transfer = (name, received, size, self.tui.clock())
+        else:
+            self.transfer = (name, received, size, self.transfer[3])
+        now = time.monotonic()
+        if received == 0 or received == size or now - self._pushed >= PUSH_EVERY_S:
+            self._pushed = now
+            self.app.call_from_thread(self._show_transfer)
+
+    def _show_transfer(self) -> None:
+        if self.transfer is None:
+            return
+        _name, received, size, began = self.transfer
+        bar = self.query_one("#transfer-bar", ProgressBar)
+        bar.update(total=size if size else None, progress=received)
+        self.query_one("#transfer-text", Static).update(
+            transfer_line(received, size, self.tui.clock() - began))
 
     def _log(self, message: str) -> None:
         self.query_one("#install-log", Log).write_line(message)
@@ -112,11 +176,29 @@ v    verify on the GPU (once done)     b  back (once done)
             if not self.current.startswith("preparing: "):
                 self.changing.append(self.current)
             self.query_one("#install-progress", ProgressBar).update(progress=number - 1)
+        elif message.startswith("building: "):
+            self.build_started = self.tui.clock()
+            self.query_one("#transfer-bar", ProgressBar).update(total=None, progress=0)
+        elif message.startswith("built ") and self.build_started is not None:
+            self._build_ended(f"built in {clock_text(self.tui.clock() - self.build_started)}")
+        elif message.startswith("downloading "):
+            self.downloading = True
+        elif message.startswith("sha256 "):
+            self.downloading = False
+            self._show_transfer()  # the last bytes, whatever the throttle held back
         self._tick()
+
+    def _build_ended(self, text: str) -> None:
+        self.build_started = None
+        self.query_one("#transfer-bar", ProgressBar).update(total=1, progress=1)
+        self.query_one("#transfer-text", Static).update(text)
 
     def _finished(self, exc: InstallError | None) -> None:
         self.tui.install_running = False
         self.finished_at = self.tui.clock()
+        if self.build_started is not None:
+            self._build_ended("the build was stopped" if self.stop_build.is_set()
+                              else "the build did not finish")
         state = self.query_one("#install-state", Static)
         log = self.query_one("#install-log", Log)
         bar = self.query_one("#install-progress", ProgressBar)
@@ -127,25 +209,47 @@ v    verify on the GPU (once done)     b  back (once done)
             state.update(f"Installed into {self.plan.prefix}."
                          + (" v: verify on the GPU now." if verify else ""))
             log.write_line("done: every step finished; nothing outside the plan changed")
-        elif cancelled_in(exc):
+        elif cancelled_in(exc) or self.cancel_requested.is_set():
             self.state = "cancelled"
             touched = ("The venv was not touched: the cancel came before the first change."
                        if not self.changing else
-                       "Steps that had begun to change the venv: " + "; ".join(self.changing))
-            state.update(f"Cancelled. {touched}")
+                       "Rolled back the steps that had begun to change the venv: "
+                       + "; ".join(self.changing) + ".")
+            state.update(f"Cancelled. {touched} {self.venv_check}")
             log.write_line(f"cancelled: {exc.message}")
             log.write_line(f"executor: {exc.fix}")
             log.write_line(touched)
+            log.write_line(self.venv_check)
         else:
             self.state = "failed"
             state.update(f"Failed: error {exc.code}: {exc.message}")
             log.write_line(f"failed: {exc.message}")
             if exc.fix:
                 log.write_line(f"fix: {exc.fix}")
+            log.write_line(self.venv_check)
             log.write_line(f"logs: {self.tui.session.log_dir}")
         self._tick()
 
     def action_cancel(self) -> None:
+        if self.state == "running" and self.build_started is not None:
+            ran = clock_text(self.tui.clock() - self.build_started)
+            self.app.push_screen(ConfirmScreen(
+                f"A build is running ({ran} so far). Stop it and cancel the install?\n"
+                "The build's work is lost; the venv has not been changed yet, and what the "
+                "install changed is rolled back.", yes="y  stop the build",
+                no="n  keep building"), self._confirmed)
+        elif self.state == "running":
+            self._cancel()
+        elif self.state != "cancelling":
+            self.action_back()
+
+    def _confirmed(self, stop: bool | None) -> None:
+        if stop and self.state == "running":
+            self._cancel()
+            self.stop_build.set()
+            self.query_one("#transfer-text", Static).update("stopping the build…")
+
+    def _cancel(self) -> None:
         if self.state == "running":
             self.state = "cancelling"
             self.cancel_requested.set()
@@ -153,8 +257,6 @@ v    verify on the GPU (once done)     b  back (once done)
                 "Cancelling: the current step stops at its next event; nothing more is "
                 "started.")
             self.query_one("#install-log", Log).write_line("cancel requested")
-        elif self.state != "cancelling":
-            self.action_back()
 
     def action_back(self) -> None:
         if self.state in ("running", "cancelling"):
