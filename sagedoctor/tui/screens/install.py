@@ -66,6 +66,7 @@ v    verify on the GPU (once done)     b  back (once done)
         self._pushed = 0.0
         self.venv_check = ""  # what the hashes said after a cancel or failure
         self.downloading = False
+        self._cancel_raised = False
 
     @property
     def tui(self) -> SagedoctorApp:
@@ -140,14 +141,22 @@ v    verify on the GPU (once done)     b  back (once done)
 
     def _progress(self, message: str) -> None:
         """Called by the executor (and its build heartbeat thread) for each event."""
-        if self.cancel_requested.is_set() and threading.get_ident() == self._worker_thread:
-            # Only the executor's own thread may raise: a heartbeat thread would just die.
+        if self._should_stop():
             raise InstallCancelled(self.current)
         self.app.call_from_thread(self._log, message)
 
+    def _should_stop(self) -> bool:
+        """Raise the cancel once, in the executor's own thread (a heartbeat thread would just
+        die): every later event, the rollback's own included, must go through."""
+        if (self.cancel_requested.is_set() and not self._cancel_raised
+                and threading.get_ident() == self._worker_thread):
+            self._cancel_raised = True
+            return True
+        return False
+
     def _bytes(self, name: str, received: int, size: int | None) -> None:
         """Called by the download as its body arrives (in the executor's thread)."""
-        if self.cancel_requested.is_set() and threading.get_ident() == self._worker_thread:
+        if self._should_stop():
             raise InstallCancelled(f"the download of {name}")
         if self.transfer is None or self.transfer[0] != name or received == 0:
             self.transfer = (name, received, size, self.tui.clock())
