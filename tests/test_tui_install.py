@@ -289,8 +289,9 @@ async def test_cancel_during_a_source_build_asks_then_stops_it_and_the_venv_is_a
         assert str(screen.query_one("#transfer-text", Static).render()).startswith("building")
 
         await pilot.press("escape")  # asks first: a build's work would be lost
-        assert isinstance(app.screen, ConfirmScreen)
-        question = str(app.screen.query_one("#confirm-question", Static).render())
+        confirm = app.screen
+        assert isinstance(confirm, ConfirmScreen)
+        question = str(confirm.query_one("#confirm-question", Static).render())
         assert question.startswith("A build is running") and "Stop it" in question
         await pilot.press("n")  # keep building
         assert app.screen is screen and screen.state == "running"
