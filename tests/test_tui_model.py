@@ -161,3 +161,14 @@ def test_cached_sizes_come_from_files_in_the_download_cache(
     Cache(default_cache_dir()).store(downloaded, "sage-2.2.0-py3-none-any.whl", sha,
                                      "https://example.org/w.whl")
     assert cached_sizes(plan) == {"https://example.org/w.whl": len(data)}
+
+
+def test_tilde_shortens_only_paths_under_home() -> None:
+    from sagedoctor.tui.model import tilde
+
+    home = "/home/ana"
+    assert tilde("log: /home/ana/.local/x.log and /home/anabel/y", home) == \
+        "log: ~/.local/x.log and /home/anabel/y"
+    assert tilde("/home/ana/", "/home/ana/") == "~/"
+    assert tilde("/etc/x", "/") == "/etc/x"
+    assert tilde(r"C:\Users\Ana\x", r"C:\Users\Ana") == r"C:\Users\Ana\x"

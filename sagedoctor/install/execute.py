@@ -127,7 +127,7 @@ class Executor:
                  state_root: Path | None = None, source_url: str | None = None,
                  github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S,
                  on_bytes: BytesProgress | None = None,
-                 cancel: threading.Event | None = None) -> None:
+                 cancel: threading.Event | None = None, log_name: str | None = None) -> None:
         self.plan = plan
         self.python = Path(plan.python)
         self.prefix = Path(plan.prefix)
@@ -142,6 +142,7 @@ class Executor:
         self.smoke_timeout = smoke_timeout
         self.on_bytes = on_bytes  # a download's bytes as they arrive (the TUI's rate)
         self.cancel = cancel  # set: a running build is stopped (see build_wheel)
+        self.log_name = log_name  # None: install-<time>-<pid>.log
         self.installer = Installer.for_target(self.python, self.cache.uv_dir, offline)
         self.done: list[str] = []
         self.downloaded_bytes = 0
@@ -164,7 +165,7 @@ class Executor:
             raise InstallError(f"this sagedoctor cannot yet carry out: {', '.join(unsupported)}",
                                "nothing was changed; do that step by hand (see `sagedoctor "
                                "plan`)")
-        self.log = RunLog(self.log_dir)
+        self.log = RunLog(self.log_dir, self.log_name)
         try:
             self.say(f"log: {self.log.path}")
             folder = venv_state_dir(self.prefix, self.state_root)
@@ -456,8 +457,8 @@ def execute_plan(plan: Plan, progress: Progress, log_dir: Path, runtime_version:
                  cache_dir: Path | None = None, offline: bool = False,
                  source_url: str | None = None, state_root: Path | None = None,
                  on_bytes: BytesProgress | None = None,
-                 cancel: threading.Event | None = None) -> None:
+                 cancel: threading.Event | None = None, log_name: str | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="sagedoctor-") as tmp:
         Executor(plan, progress, Path(tmp), log_dir, cache_dir=cache_dir, offline=offline,
                  source_url=source_url, state_root=state_root, on_bytes=on_bytes,
-                 cancel=cancel).run(runtime_version)
+                 cancel=cancel, log_name=log_name).run(runtime_version)

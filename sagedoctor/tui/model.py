@@ -173,6 +173,14 @@ def downloads_summary(plan: Plan, cached: Mapping[str, int] | None = None) -> st
     return f"Downloads: {files}, {total}{cache}."
 
 
+def tilde(text: str, home: str) -> str:
+    """Paths under the home folder as ~/..., as a POSIX shell takes them (Windows: as is)."""
+    if not home or home == "/" or "/" not in home:
+        return text
+    home = home.rstrip("/")
+    return text.replace(home + "/", "~/")
+
+
 def clock_text(seconds: float) -> str:
     minutes, secs = divmod(int(max(seconds, 0)), 60)
     return f"{minutes}:{secs:02d}"

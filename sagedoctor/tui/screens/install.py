@@ -6,6 +6,7 @@ are hashed again and compared with a snapshot taken before the run."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from ...install.runner import InstallError
 from ...install.transaction import describe, file_count, snapshot_differences, take_snapshot
 from ...resolve import Plan
 from ..cancel import InstallCancelled, cancelled_in
-from ..model import clock_text, step_progress, transfer_line
+from ..model import clock_text, step_progress, tilde, transfer_line
 from .confirm import ConfirmScreen
 
 if TYPE_CHECKING:
@@ -50,9 +51,10 @@ v    verify on the GPU (once done)     b  back (once done)
         Binding("b", "back", "Back"),
     ]
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, *, log_name: str | None = None) -> None:
         super().__init__()
         self.plan = plan
+        self.log_name = log_name  # None: the executor's install-<time>-<pid>.log
         self.cancel_requested = threading.Event()
         self.state = "running"  # running, cancelling, done, cancelled, failed
         self.current = "starting"
@@ -67,6 +69,7 @@ v    verify on the GPU (once done)     b  back (once done)
         self.venv_check = ""  # what the hashes said after a cancel or failure
         self.downloading = False
         self._cancel_raised = False
+        self.built = False  # a build ran (and ended)
 
     @property
     def tui(self) -> SagedoctorApp:
@@ -74,7 +77,8 @@ v    verify on the GPU (once done)     b  back (once done)
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"Installing into {self.plan.prefix}", id="install-state", markup=False)
+        yield Static(self._short(f"Installing into {self.plan.prefix}"), id="install-state",
+                     markup=False)
         yield ProgressBar(total=len(self.plan.steps), show_eta=False, id="install-progress")
         yield Static("", id="install-elapsed", markup=False)
         with Horizontal(id="transfer"):
@@ -82,6 +86,9 @@ v    verify on the GPU (once done)     b  back (once done)
             yield Static("no download or build yet", id="transfer-text", markup=False)
         yield Log(id="install-log", auto_scroll=True)
         yield Footer()
+
+    def _short(self, text: str) -> str:
+        return tilde(text, str(Path.home())) if os.name == "posix" else text
 
     def on_mount(self) -> None:
         self.started = self.tui.clock()
@@ -108,7 +115,8 @@ v    verify on the GPU (once done)     b  back (once done)
         before = self._snapshot()
         try:
             execute_plan(self.plan, self._progress, self.tui.session.log_dir, __version__,
-                         on_bytes=self._bytes, cancel=self.stop_build)
+                         on_bytes=self._bytes, cancel=self.stop_build,
+                         log_name=self.log_name)
         except InstallError as exc:
             self.venv_check = self._compare(before)
             self.app.call_from_thread(self._finished, exc)
@@ -177,7 +185,7 @@ v    verify on the GPU (once done)     b  back (once done)
             transfer_line(received, size, self.tui.clock() - began))
 
     def _log(self, message: str) -> None:
-        self.query_one("#install-log", Log).write_line(message)
+        self.query_one("#install-log", Log).write_line(self._short(message))
         found = step_progress(message)
         if found is not None:
             number, _total = found
@@ -199,6 +207,7 @@ v    verify on the GPU (once done)     b  back (once done)
 
     def _build_ended(self, text: str) -> None:
         self.build_started = None
+        self.built = True
         self.query_one("#transfer-bar", ProgressBar).update(total=1, progress=1)
         self.query_one("#transfer-text", Static).update(text)
 
@@ -208,6 +217,9 @@ v    verify on the GPU (once done)     b  back (once done)
         if self.build_started is not None:
             self._build_ended("the build was stopped" if self.stop_build.is_set()
                               else "the build did not finish")
+        elif self.transfer is None and not self.built:
+            self.query_one("#transfer-bar", ProgressBar).display = False
+            self.query_one("#transfer-text", Static).update("nothing was downloaded or built")
         state = self.query_one("#install-state", Static)
         log = self.query_one("#install-log", Log)
         bar = self.query_one("#install-progress", ProgressBar)
@@ -215,8 +227,8 @@ v    verify on the GPU (once done)     b  back (once done)
             self.state = "done"
             bar.update(progress=len(self.plan.steps))
             verify = any(s.action == "verify" for s in self.plan.steps)
-            state.update(f"Installed into {self.plan.prefix}."
-                         + (" v: verify on the GPU now." if verify else ""))
+            state.update(self._short(f"Installed into {self.plan.prefix}."
+                                     + (" v: verify on the GPU now." if verify else "")))
             log.write_line("done: every step finished; nothing outside the plan changed")
         elif cancelled_in(exc) or self.cancel_requested.is_set():
             self.state = "cancelled"
@@ -224,33 +236,36 @@ v    verify on the GPU (once done)     b  back (once done)
                        if not self.changing else
                        "Rolled back the steps that had begun to change the venv: "
                        + "; ".join(self.changing) + ".")
-            state.update(f"Cancelled. {touched} {self.venv_check}")
-            log.write_line(f"cancelled: {exc.message}")
-            log.write_line(f"executor: {exc.fix}")
-            log.write_line(touched)
-            log.write_line(self.venv_check)
+            state.update(self._short(f"Cancelled. {touched} {self.venv_check}"))
+            log.write_line(self._short(f"cancelled: {exc.message}"))
+            log.write_line(self._short(f"executor: {exc.fix}"))
+            log.write_line(self._short(touched))
+            log.write_line(self._short(self.venv_check))
         else:
             self.state = "failed"
-            state.update(f"Failed: error {exc.code}: {exc.message}")
-            log.write_line(f"failed: {exc.message}")
+            state.update(self._short(f"Failed: error {exc.code}: {exc.message}"))
+            log.write_line(self._short(f"failed: {exc.message}"))
             if exc.fix:
-                log.write_line(f"fix: {exc.fix}")
-            log.write_line(self.venv_check)
-            log.write_line(f"logs: {self.tui.session.log_dir}")
+                log.write_line(self._short(f"fix: {exc.fix}"))
+            log.write_line(self._short(self.venv_check))
+            log.write_line(self._short(f"logs: {self.tui.session.log_dir}"))
         self._tick()
 
     def action_cancel(self) -> None:
         if self.state == "running" and self.build_started is not None:
-            ran = clock_text(self.tui.clock() - self.build_started)
-            self.app.push_screen(ConfirmScreen(
-                f"A build is running ({ran} so far). Stop it and cancel the install?\n"
-                "The build's work is lost; the venv has not been changed yet, and what the "
-                "install changed is rolled back.", yes="y  stop the build",
-                no="n  keep building"), self._confirmed)
+            self.app.push_screen(self.stop_build_question(), self._confirmed)
         elif self.state == "running":
             self._cancel()
         elif self.state != "cancelling":
             self.action_back()
+
+    def stop_build_question(self) -> ConfirmScreen:
+        began = self.build_started if self.build_started is not None else self.tui.clock()
+        ran = clock_text(self.tui.clock() - began)
+        return ConfirmScreen(
+            f"A build is running ({ran} so far). Stop it and cancel the install?\n"
+            "The build's work is lost; the venv has not been changed yet, and what the "
+            "install changed is rolled back.", yes="y  stop the build", no="n  keep building")
 
     def _confirmed(self, stop: bool | None) -> None:
         if stop and self.state == "running":
