@@ -126,6 +126,8 @@ def https_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tu
 @pytest.fixture
 def venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SAGEDOCTOR_SMOKE_DEVICE", "cpu")  # the install's smoke check
+    for name in ("XDG_CACHE_HOME", "XDG_STATE_HOME"):  # the download cache, locks, journals
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
     python, site = torch_venv(tmp_path / "app venv ü")
     add_dist(site, "sageattention", "1.0.6", {"sageattention/__init__.py": ""})
     # A RECORD lists the dist-info's own files too (as pip writes it), so an uninstall
@@ -264,7 +266,6 @@ async def test_cancel_during_a_source_build_asks_then_stops_it_and_the_venv_is_a
         venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pids_file = tmp_path / "build pids"
     monkeypatch.setenv("BUILD_PIDS", str(pids_file))  # the stand-in build writes its PIDs
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     site = next(venv.parent.parent.glob("lib/python3*/site-packages"))
     before_files = tree_hashes(site)
     before = installed_distributions(venv)

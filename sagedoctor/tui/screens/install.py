@@ -39,7 +39,8 @@ class InstallScreen(Screen[None]):
     HELP = """\
 Install: the plan, carried out step by step. Downloads and
 builds come first; the venv changes only once every wheel
-exists and has passed its digest check.
+exists and has passed its digest check. The second bar is the
+current download (bytes, rate, time) or build (time).
 Esc  cancel: a download stops at once, a build after you
      confirm; what was changed is rolled back, and the screen
      says what state the venv is in (its files hashed again)
