@@ -20,6 +20,7 @@ from sagedoctor.facts import load_facts_file
 from sagedoctor.index import load_index
 from sagedoctor.resolve import Plan, ResolveOptions, resolve_plan
 from sagedoctor.tui.app import SagedoctorApp
+from sagedoctor.tui.model import step_downloads
 from sagedoctor.tui.screens.actions import ActionsScreen
 from sagedoctor.tui.screens.check import CheckScreen
 from sagedoctor.tui.screens.help import HelpScreen
@@ -137,10 +138,13 @@ async def test_plan_screen_shows_every_step_with_its_reason_and_is_a_preview() -
         for step in plan.steps:
             assert step.title in steps and step.reason in steps
         wheel = next(s.wheel for s in plan.steps if s.wheel)
-        assert wheel.url in steps and "size: not in the index" in steps
+        assert wheel.url in steps
+        assert "size: size unknown (the index has no sizes" in steps
+        assert [d.what for s in plan.steps for d in step_downloads(s)] == [wheel.file]
         assert "venv: removes sageattention" in steps
         changes = static(app, "#plan-changes")
         assert "installs or replaces sageattention, sagedoctor-runtime" in changes
+        assert "Downloads: 1 file, total size unknown (the index has no sizes)." in changes
         assert "Preview only" in changes
         await pilot.press("i")  # facts of another machine: never carried out
         await pilot.pause()
@@ -224,7 +228,9 @@ async def test_saved_report_is_what_check_json_writes(tmp_path: Path,
         await pilot.press("a")
         assert isinstance(app.screen, ActionsScreen)
         assert "only the report can be saved" in static(app, "#actions-target")
-        await pilot.press("down", "down", "enter")
+        await pilot.press("enter")  # InvokeAI: there is no venv of this machine to change
+        assert "no venv of this machine" in static(app, "#action-result")
+        await pilot.press(*["down"] * 4, "enter")
         assert "Logs are kept in" in static(app, "#action-result")
         await pilot.press("down", "enter")
         assert app.screen.focused is app.screen.query_one("#report-path", Input)
@@ -245,14 +251,21 @@ async def test_enable_and_disable_switch_the_start_up_hook(tmp_path: Path) -> No
         await settle(pilot)
         await pilot.press("a")
         assert "(start-up hook: off)" in static(app, "#actions-target")
-        await pilot.press("enter")  # enable, without a passing verify: refused
+        assert "InvokeAI: not installed in this venv" in static(app, "#actions-target")
+        await pilot.press("enter")  # InvokeAI on, where there is no InvokeAI: said
+        await settle(pilot)
+        assert "SD971" in static(app, "#action-result") and not hook.exists()
+        await pilot.press("down", "down", "enter")  # enable, without a passing verify: refused
+        await settle(pilot)
         assert "SD930" in static(app, "#action-result") and not hook.exists()
         verified = venv / "sagedoctor" / "verified.json"
         verified.parent.mkdir()
         verified.write_text(json.dumps({"verdict": "routing"}), encoding="utf-8")
         await pilot.press("enter")
+        await settle(pilot)
         assert hook.is_file() and "(start-up hook: on)" in static(app, "#actions-target")
         await pilot.press("down", "enter")
+        await settle(pilot)
         assert not hook.exists() and "Disabled" in static(app, "#action-result")
 
 

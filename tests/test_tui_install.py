@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -23,11 +25,13 @@ from textual.widgets import Log, ProgressBar, Static
 from sagedoctor.install.execute import installed_distributions
 from sagedoctor.resolve import Plan, Step, WheelDownload
 from sagedoctor.tui.app import SagedoctorApp
+from sagedoctor.tui.model import human_bytes
+from sagedoctor.tui.screens.confirm import ConfirmScreen
 from sagedoctor.tui.screens.install import InstallScreen
 from sagedoctor.tui.screens.verify import VerifyScreen
 from sagedoctor.tui.session import TuiOptions
 from tests.standins import add_dist
-from tests.test_install_kit import SAGE_GOOD, torch_venv
+from tests.test_install_kit import SAGE_GOOD, fake_source, settings_for, torch_venv, tree_hashes
 from tests.tui_support import settle
 
 pytestmark = [pytest.mark.anyio,
@@ -41,10 +45,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+PAD_BYTES = 3 << 20  # incompressible, stored: the wheel is a little over 3 MiB
+
+
 def make_wheel(path: Path) -> bytes:
     """A real, installable wheel standing in for SageAttention 2 (no kernels)."""
     files = {
         "sageattention/__init__.py": SAGE_GOOD.encode(),  # passes the smoke check on the CPU
+        "sageattention/_kernels.bin": os.urandom(PAD_BYTES),
         "sageattention-2.2.0.dist-info/METADATA":
             b"Metadata-Version: 2.1\nName: sageattention\nVersion: 2.2.0\n",
         "sageattention-2.2.0.dist-info/WHEEL":
@@ -118,6 +126,8 @@ def https_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tu
 @pytest.fixture
 def venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SAGEDOCTOR_SMOKE_DEVICE", "cpu")  # the install's smoke check
+    for name in ("XDG_CACHE_HOME", "XDG_STATE_HOME"):  # the download cache, locks, journals
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
     python, site = torch_venv(tmp_path / "app venv ü")
     add_dist(site, "sageattention", "1.0.6", {"sageattention/__init__.py": ""})
     # A RECORD lists the dist-info's own files too (as pip writes it), so an uninstall
@@ -215,3 +225,137 @@ async def test_cancel_during_the_download_leaves_the_venv_unchanged(
         assert app.screen is screen
         await pilot.press("b")
         assert app.screen is not screen
+
+
+async def test_download_bar_reaches_the_wheels_size_and_shows_the_rate(
+        venv: Path, https_server: tuple[str, Served], tmp_path: Path) -> None:
+    url, served = https_server
+    size = len(served.payload)
+    plan = the_plan(venv, url, hashlib.sha256(served.payload).hexdigest())
+    app = SagedoctorApp(TuiOptions(facts_file=PROFILE, log_dir=tmp_path / "logs"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _open_install(pilot, app, plan)
+        bar = screen.query_one("#transfer-bar", ProgressBar)
+        text = screen.query_one("#transfer-text", Static)
+        # The server holds the second half back: the bar stops at half, said in bytes.
+        deadline = time.monotonic() + 30
+        while bar.progress < size // 2 and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert bar.total == size and bar.progress == size // 2
+        assert str(text.render()).startswith(f"{human_bytes(size // 2)} of {human_bytes(size)}")
+        served.gate.set()
+        await settle(pilot)
+        assert screen.state == "done", "\n".join(screen.query_one(Log).lines)
+        assert bar.total == bar.progress == size
+        shown = str(text.render())
+        assert re.fullmatch(rf"{re.escape(human_bytes(size))} of {re.escape(human_bytes(size))}"
+                            r"  \d+(\.\d)? (B|KiB|MiB|GiB)/s  \d+:\d\d", shown), shown
+
+
+def _alive(pid: int) -> bool:
+    """A process that still runs (a zombie waiting for its reaper does not count)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+async def test_cancel_during_a_source_build_asks_then_stops_it_and_the_venv_is_as_before(
+        venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pids_file = tmp_path / "build pids"
+    monkeypatch.setenv("BUILD_PIDS", str(pids_file))  # the stand-in build writes its PIDs
+    site = next(venv.parent.parent.glob("lib/python3*/site-packages"))
+    before_files = tree_hashes(site)
+    before = installed_distributions(venv)
+    source = fake_source(tmp_path / "Sage src ü", slow=True)  # its setup.py sleeps 600 s
+    plan = Plan(python=str(venv), prefix=str(venv.parent.parent), os="linux", steps=(
+        Step("uninstall", "Uninstall SageAttention 1", "it shadows SageAttention 2",
+             ("sageattention",)),
+        Step("build-from-source", "Build SageAttention from source", "no wheel fits",
+             ("sageattention",), build=settings_for(str(source))),
+        Step("verify", "Verify in the target venv", "prove it on the GPU"),
+    ))
+    app = SagedoctorApp(TuiOptions(facts_file=PROFILE, log_dir=tmp_path / "logs"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _open_install(pilot, app, plan)
+        deadline = time.monotonic() + 60
+        while not pids_file.exists() and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert pids_file.exists(), "\n".join(screen.query_one(Log).lines)
+        build_pid, child_pid = (int(p) for p in pids_file.read_text().split())
+        await pilot.pause(0.2)
+        assert screen.build_started is not None
+        assert str(screen.query_one("#transfer-text", Static).render()).startswith("building")
+
+        await pilot.press("escape")  # asks first: a build's work would be lost
+        confirm = app.screen
+        assert isinstance(confirm, ConfirmScreen)
+        question = str(confirm.query_one("#confirm-question", Static).render())
+        assert question.startswith("A build is running") and "Stop it" in question
+        await pilot.press("n")  # keep building
+        assert app.screen is screen and screen.state == "running"
+        assert _alive(build_pid) and _alive(child_pid)
+
+        await pilot.press("escape", "y")
+        assert screen.state == "cancelling"
+        deadline = time.monotonic() + 60
+        while screen.state == "cancelling" and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        await settle(pilot)
+        log = "\n".join(screen.query_one(Log).lines)
+        assert screen.state == "cancelled", log
+        assert "the build was cancelled after" in log
+        state = str(screen.query_one("#install-state", Static).render())
+        assert state.startswith("Cancelled. The venv was not touched")
+        assert re.search(r"Checked: the venv is as before \(sageattention 1\.0\.6, torch "
+                         r"[^)]*\); \d+ files match their sha256 from before\.", state), state
+        assert str(screen.query_one("#transfer-text", Static).render()) == \
+            "the build was stopped"
+    # the whole build process group is gone, and the venv is byte for byte as it was
+    deadline = time.monotonic() + 10
+    while (_alive(build_pid) or _alive(child_pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(build_pid) and not _alive(child_pid)
+    assert installed_distributions(venv) == before
+    assert tree_hashes(site) == before_files
+
+
+async def test_cancel_after_the_venv_changed_rolls_back_and_the_hashes_prove_it(
+        venv: Path, https_server: tuple[str, Served], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url, served = https_server
+    served.gate.set()
+    hang = tmp_path / "smoke hangs while this exists"
+    hang.write_text("", encoding="utf-8")
+    monkeypatch.setenv("SMOKE_HANG_FILE", str(hang))  # the new sageattn() waits on it
+    site = next(venv.parent.parent.glob("lib/python3*/site-packages"))
+    before_files = tree_hashes(site)
+    before = installed_distributions(venv)
+    plan = the_plan(venv, url, hashlib.sha256(served.payload).hexdigest())
+    app = SagedoctorApp(TuiOptions(facts_file=PROFILE, log_dir=tmp_path / "logs"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _open_install(pilot, app, plan)
+        log = screen.query_one(Log)
+        deadline = time.monotonic() + 60
+        while not any(line.startswith("smoke check:") for line in log.lines) \
+                and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert installed_distributions(venv)["sageattention"] == "2.2.0"  # changed by now
+        await pilot.press("escape")  # no build runs: no question, the cancel is at once
+        assert screen.state == "cancelling"
+        hang.unlink()
+        deadline = time.monotonic() + 60
+        while screen.state == "cancelling" and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        await settle(pilot)
+        lines = "\n".join(log.lines)
+        assert screen.state == "cancelled", lines
+        assert "rolling back: " in lines
+        state = str(screen.query_one("#install-state", Static).render())
+        assert state.startswith("Cancelled. Rolled back the steps that had begun to change "
+                                "the venv: Uninstall SageAttention 1; Install "), state
+        assert "Checked: the venv is as before (sageattention 1.0.6, torch" in state
+    assert installed_distributions(venv) == before
+    assert tree_hashes(site) == before_files

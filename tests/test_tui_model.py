@@ -94,3 +94,81 @@ def test_collect_facts_reports_each_area_once_as_its_probes_end(
     # without a callback the result is the same
     plain = collect_facts(ProbeOptions(venv=venv, root=tmp_path / "none"))
     assert plain.target == facts.target and plain.system == facts.system
+
+
+# --- downloads and their sizes ---------------------------------------------------------------
+
+def _download_plan(tmp_path: Path) -> Plan:
+    from sagedoctor.resolve import WheelDownload
+    from tests.test_install_kit import settings_for
+
+    archive = "https://github.com/thu-ml/SageAttention/archive/d1a57a5.tar.gz"
+    return Plan(python=str(tmp_path / "bin" / "python"), prefix=str(tmp_path), os="linux",
+                steps=(Step("install-wheel", "Install the wheel", "why", ("sageattention",),
+                            wheel=WheelDownload("sageattention-2.2.0-py3-none-any.whl",
+                                                "https://example.org/sage.whl", "ab" * 32,
+                                                "index")),
+                       Step("build-from-source", "Build", "why", ("sageattention",),
+                            build=settings_for(archive, commit="d1a57a5")),
+                       Step("bundle-runtime", "Runtime", "why", ("sagedoctor-runtime",))))
+
+
+def test_plan_downloads_say_each_size_or_that_it_is_unknown(tmp_path: Path) -> None:
+    from sagedoctor.tui.model import downloads_summary, human_bytes, step_lines
+
+    plan = _download_plan(tmp_path)
+    assert downloads_summary(plan) == ("Downloads: 2 files, total size unknown (the index has "
+                                       "no sizes).")
+    cached = {"https://example.org/sage.whl": 3 * 1024 * 1024}
+    assert downloads_summary(plan, cached) == ("Downloads: 1 file, total size unknown (the "
+                                               "index has no sizes); 1 in the cache.")
+    lines = step_lines(1, plan.steps[0], cached)
+    assert "   size: in the cache (3.0 MiB), not downloaded again" in lines
+    assert any(line.startswith("   download: the source archive https://github.com/") and
+               "size unknown" in line for line in step_lines(2, plan.steps[1]))
+    assert step_lines(3, plan.steps[2])[2].startswith("   venv: ")  # the runtime: built here
+    everything = {**cached, plan.steps[1].build.source: 1536}  # type: ignore[union-attr]
+    assert downloads_summary(plan, everything) == "Downloads: none; all 2 file(s) are in the cache."
+    assert (human_bytes(0), human_bytes(1536), human_bytes(5 << 30)) == (
+        "0 B", "1.5 KiB", "5.0 GiB")
+
+
+def test_transfer_line_has_the_rate_and_elapsed_time() -> None:
+    from sagedoctor.tui.model import transfer_line
+
+    assert transfer_line(2 << 20, 4 << 20, 2.0) == "2.0 MiB of 4.0 MiB  1.0 MiB/s  0:02"
+    assert transfer_line(1000, None, 0.0) == "1000 B (size not sent)  …/s  0:00"
+
+
+def test_cached_sizes_come_from_files_in_the_download_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    from sagedoctor.install.cache import Cache, default_cache_dir
+    from sagedoctor.resolve import WheelDownload
+    from sagedoctor.tui.session import cached_sizes
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    data = b"wheel bytes" * 100
+    sha = hashlib.sha256(data).hexdigest()
+    step = Step("install-wheel", "Install", "why", ("sageattention",),
+                wheel=WheelDownload("sage-2.2.0-py3-none-any.whl", "https://example.org/w.whl",
+                                    sha, "index"))
+    plan = Plan(python="/x/bin/python", prefix="/x", os="linux", steps=(step,))
+    assert cached_sizes(plan) == {}
+    downloaded = tmp_path / "w.whl"
+    downloaded.write_bytes(data)
+    Cache(default_cache_dir()).store(downloaded, "sage-2.2.0-py3-none-any.whl", sha,
+                                     "https://example.org/w.whl")
+    assert cached_sizes(plan) == {"https://example.org/w.whl": len(data)}
+
+
+def test_tilde_shortens_only_paths_under_home() -> None:
+    from sagedoctor.tui.model import tilde
+
+    home = "/home/ana"
+    assert tilde("log: /home/ana/.local/x.log and /home/anabel/y", home) == \
+        "log: ~/.local/x.log and /home/anabel/y"
+    assert tilde("/home/ana/", "/home/ana/") == "~/"
+    assert tilde("/etc/x", "/") == "/etc/x"
+    assert tilde(r"C:\Users\Ana\x", r"C:\Users\Ana") == r"C:\Users\Ana\x"

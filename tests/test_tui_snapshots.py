@@ -9,6 +9,7 @@ tests/snapshots/TEXTUAL_VERSION, and another version skips these tests with that
 
 from __future__ import annotations
 
+import os
 from importlib.metadata import version
 from pathlib import Path
 
@@ -80,19 +81,46 @@ async def test_screen_looks_as_recorded(name: str, keys: tuple[str, ...]) -> Non
         compare(name, app.export_screenshot(title=f"sagedoctor: {name}"))
 
 
-async def test_install_screen_finishes_a_plan_that_changes_nothing(tmp_path: Path) -> None:
-    # No pixel snapshot here: the screen shows the run's own log file, named by time and PID.
-    venv = tmp_path / "venv"
+@pytest.mark.skipif(os.name != "posix", reason="paths under HOME are shown as ~/ on POSIX")
+async def test_install_screen_looks_as_recorded(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every path it shows is under a HOME of the test's (shown as ~), the run's log file has a
+    # fixed name, and the app's clock stands still: nothing in the picture varies.
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    venv = home / "invokeai" / ".venv"
     make_venv(venv)
+    egg = venv / "sageattention-1.0.6-py3.12.egg"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Name: sageattention\n", encoding="utf-8")
     plan = Plan(python=str(venv_python(venv)), prefix=str(venv), os="linux",
                 steps=(Step("remove-leftovers", "Move stale SageAttention eggs aside",
-                            "they shadow the new install", paths=(str(tmp_path / "none.egg"),)),
+                            "they shadow the new install", paths=(str(egg),)),
                        Step("verify", "Verify in the target venv", "prove it on the GPU")))
-    app = app_for(facts_file=SAGE1, log_dir=tmp_path / "logs")
+    app = app_for(facts_file=SAGE1, log_dir=home / ".local" / "state" / "sagedoctor" / "log")
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await app.push_screen(InstallScreen(plan))
+        await app.push_screen(InstallScreen(plan, log_name="install-snapshot.log"))
         await settle(pilot)
         assert isinstance(app.screen, InstallScreen) and app.screen.state == "done"
-        svg = app.export_screenshot(title="sagedoctor: install")
-        assert "Move stale SageAttention eggs aside" in svg.replace("&#160;", " ")
+        assert not egg.exists()  # moved to the log folder, kept
+        screen = app.screen
+        compare("install", app.export_screenshot(title="sagedoctor: install"))
+        # the question a cancel asks while a build runs, over the install screen
+        await app.push_screen(screen.stop_build_question())
+        await settle(pilot)
+        compare("confirm", app.export_screenshot(title="sagedoctor: stop the build?"))
+
+
+def test_every_screen_has_a_snapshot_shown_on_the_docs_page() -> None:
+    screens = {p.stem for p in (Path(__file__).resolve().parents[1] / "sagedoctor" / "tui"
+                                / "screens").glob("*.py") if p.stem != "__init__"}
+    shots = {p.stem for p in SNAPSHOTS.glob("*.svg")}
+    assert screens and screens <= shots, f"screens without a snapshot: {screens - shots}"
+    page = (DOCS_IMG.parent / "tui.md").read_text(encoding="utf-8")
+    for name in shots:
+        assert f"(img/tui-{name}.svg)" in page, f"docs/tui.md does not show tui-{name}.svg"
+        assert (DOCS_IMG / f"tui-{name}.svg").read_text(encoding="utf-8") == \
+            (SNAPSHOTS / f"{name}.svg").read_text(encoding="utf-8"), f"docs/img/tui-{name}.svg"

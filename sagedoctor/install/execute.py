@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +62,7 @@ from .transaction import (
 from .wheelcheck import check_wheel, landing_paths
 
 Progress = Callable[[str], None]
+BytesProgress = Callable[[str, int, int | None], None]  # (file name, received, size or None)
 SUPPORTED = frozenset({"uninstall", "remove-leftovers", "install", "install-wheel",
                        "install-from-index", "build-from-source", "bundle-runtime",
                        "enable-invokeai", "verify"})
@@ -131,7 +133,9 @@ class Executor:
                  cache_dir: Path | None = None, offline: bool = False,
                  state_root: Path | None = None, source_url: str | None = None,
                  github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S,
-                 report_every: float = REPORT_EVERY_S) -> None:
+                 report_every: float = REPORT_EVERY_S,
+                 on_bytes: BytesProgress | None = None,
+                 cancel: threading.Event | None = None, log_name: str | None = None) -> None:
         self.plan = plan
         self.python = Path(plan.python)
         self.prefix = Path(plan.prefix)
@@ -145,6 +149,9 @@ class Executor:
         self.github_api = github_api
         self.smoke_timeout = smoke_timeout
         self.report_every = report_every
+        self.on_bytes = on_bytes  # a download's bytes as they arrive (the TUI's rate)
+        self.cancel = cancel  # set: a running build is stopped (see build_wheel)
+        self.log_name = log_name  # None: install-<time>-<pid>.log
         self.installer = Installer.for_target(self.python, self.cache.uv_dir, offline)
         self.done: list[str] = []
         self.downloaded_bytes = 0
@@ -167,7 +174,7 @@ class Executor:
             raise InstallError(f"this sagedoctor cannot yet carry out: {', '.join(unsupported)}",
                                "nothing was changed; do that step by hand (see `sagedoctor "
                                "plan`)")
-        self.log = RunLog(self.log_dir)
+        self.log = RunLog(self.log_dir, self.log_name)
         try:
             self.say(f"log: {self.log.path}")
             folder = venv_state_dir(self.prefix, self.state_root)
@@ -299,8 +306,11 @@ class Executor:
             self.say(f"downloading {name}: {_mib(done)}{of}, "
                      f"{time.monotonic() - began:.0f} s")
 
+        on_bytes = self.on_bytes
         got = download(url, folder / name, expected, allow_http_host=_local(url),
-                       report=report, report_every=self.report_every)
+                       report=report, report_every=self.report_every,
+                       on_bytes=None if on_bytes is None else
+                       (lambda received, size: on_bytes(name, received, size)))
         size = (folder / name).stat().st_size
         self.downloaded_bytes += size
         self.say(f"downloaded {name}: {_mib(size)} in {time.monotonic() - began:.1f} s")
@@ -355,7 +365,7 @@ class Executor:
         journal = self.journal
         wheel = build_wheel(self.python, settings, source, build_dir, self.log.path, self.say,
                             self.installer, started=lambda pid: journal.write(build_pgid=pid),
-                            report_every=self.report_every)
+                            report_every=self.report_every, cancel=self.cancel)
         journal.write(build_pgid=None)
         return self.cache.store_built(key, wheel) if key is not None else wheel
 
@@ -485,7 +495,10 @@ class Executor:
 
 def execute_plan(plan: Plan, progress: Progress, log_dir: Path, runtime_version: str, *,
                  cache_dir: Path | None = None, offline: bool = False,
-                 source_url: str | None = None, state_root: Path | None = None) -> None:
+                 source_url: str | None = None, state_root: Path | None = None,
+                 on_bytes: BytesProgress | None = None,
+                 cancel: threading.Event | None = None, log_name: str | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="sagedoctor-") as tmp:
         Executor(plan, progress, Path(tmp), log_dir, cache_dir=cache_dir, offline=offline,
-                 source_url=source_url, state_root=state_root).run(runtime_version)
+                 source_url=source_url, state_root=state_root, on_bytes=on_bytes,
+                 cancel=cancel, log_name=log_name).run(runtime_version)

@@ -70,10 +70,13 @@ def _open(client: Any, url: str, headers: dict[str, str]) -> Any:
 def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str | None = None,
              timeout: float = 60.0, max_bytes: int = MAX_DOWNLOAD_BYTES,
              report: Callable[[int, int | None], None] | None = None,
-             report_every: float = 15.0) -> str:
+             report_every: float = 15.0,
+             on_bytes: Callable[[int, int | None], None] | None = None) -> str:
     """Stream `url` to `dest`; returns the sha256. A known digest must match.
 
-    `report(bytes so far, declared size or None)` is called every `report_every` seconds."""
+    `report(bytes so far, declared size or None)` is called every `report_every` seconds;
+    on_bytes(received, declared size or None) as the body arrives (it may raise to stop the
+    download: the partial file is removed)."""
     import httpx
 
     check_url(url, allow_http_host)
@@ -92,6 +95,9 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
                 if declared.isdigit() and int(declared) > max_bytes:
                     raise HostileDownload(f"{url} is {int(declared)} bytes, over the bound of "
                                           f"{max_bytes}", "refused; nothing was installed")
+                total = int(declared) if declared.isdigit() else None
+                if on_bytes is not None:
+                    on_bytes(0, total)
                 with partial.open("wb") as handle:
                     for chunk in response.iter_bytes():
                         size += len(chunk)
@@ -103,7 +109,9 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
                         handle.write(chunk)
                         if report is not None and time.monotonic() - last_report >= report_every:
                             last_report = time.monotonic()
-                            report(size, int(declared) if declared.isdigit() else None)
+                            report(size, total)
+                        if on_bytes is not None:
+                            on_bytes(size, total)
             finally:
                 response.close()
     except httpx.HTTPError as exc:

@@ -9,10 +9,11 @@ from typing import TextIO
 
 
 class RunLog:
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, name: str | None = None) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        self.path = log_dir / f"install-{stamp}-{os.getpid()}.log"
+        # name: a caller's own file name (the TUI's screenshot test); appended to, not replaced
+        self.path = log_dir / (name or f"install-{stamp}-{os.getpid()}.log")
         self._handle: TextIO = self.path.open("a", encoding="utf-8")
 
     def write(self, message: str) -> None:

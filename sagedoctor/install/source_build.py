@@ -52,12 +52,15 @@ def _tools_present(python: Path) -> bool:
 def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
                 log_path: Path, progress: Progress, installer: Installer,
                 started: Callable[[int], None] | None = None,
-                report_every: float = 15.0) -> Path:
+                report_every: float = 15.0,
+                cancel: threading.Event | None = None) -> Path:
     """Build a wheel from `source` into `work`; returns its path. Raises InstallError.
 
     The build's output is appended to `log_path` (the run's one log); `started` gets the
     build's process group id, so a journal can name it for a later run to kill. Every
-    `report_every` seconds the time so far and the build's latest output line are said."""
+    `report_every` seconds the time so far and the build's latest output line are said.
+    Setting `cancel` stops the build: its whole process group is killed, and
+    InstallInterrupted says so (nothing of the venv was changed by a build)."""
     if not (source / "setup.py").is_file():
         raise InstallError(f"{source} has no setup.py", "pass a SageAttention source folder")
     tree = work / "src"
@@ -92,6 +95,14 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
 
         ticker = threading.Thread(target=heartbeat, daemon=True)
         ticker.start()
+        if cancel is not None:
+            def watch() -> None:
+                while not stop.is_set():
+                    if cancel.wait(0.2):
+                        _signal_group(proc)
+                        return
+
+            threading.Thread(target=watch, daemon=True).start()
         try:
             for raw in proc.stdout:
                 line = raw.decode("utf-8", errors="replace")
@@ -107,6 +118,11 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
         finally:
             stop.set()
     elapsed = time.monotonic() - began
+    if cancel is not None and cancel.is_set():
+        from .errors import InstallInterrupted
+
+        raise InstallInterrupted(f"the build was cancelled after {elapsed:.0f} s and stopped",
+                                 f"nothing was installed from it; its log is {log_path}")
     if code != 0 or wheel_name is None:
         tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-6:]
         raise InstallError(f"the build failed after {elapsed:.0f} s (exit {code}): "
@@ -127,6 +143,12 @@ def _peak_rss() -> str:
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
+    _signal_group(proc)
+    proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the build's process group (nvcc children too); no wait, any thread."""
     try:
         if sys.platform == "win32":
             proc.kill()
@@ -134,4 +156,3 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    proc.wait()

@@ -1,12 +1,13 @@
 """The cancel contract with the install executor: the TUI's progress callback raises this
-once the user pressed cancel, and the executor stops (and rolls back what it changed)."""
+once after the user pressed cancel, and the executor stops (and rolls back what it changed).
+An interruption, so the executor takes no fallback route after it."""
 
 from __future__ import annotations
 
-from ..install.runner import InstallError
+from ..install.errors import InstallInterrupted
 
 
-class InstallCancelled(InstallError):
+class InstallCancelled(InstallInterrupted):
     code = "SD970"
 
     def __init__(self, during: str, fix: str = "nothing more was started after the cancel"

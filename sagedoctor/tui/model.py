@@ -4,7 +4,7 @@ KeyResult). No textual here: these are pure and tested without a terminal."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..findings import SEVERITIES, SUMMARY_CODES, Finding
@@ -85,23 +85,113 @@ def step_changes(step: Step) -> str:
     return names or "see the step"
 
 
-def step_lines(number: int, step: Step) -> list[str]:
+UNKNOWN_SIZE = "size unknown (the index has no sizes; the install shows it as it arrives)"
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class Download:
+    """One file a step fetches: what, and its size where known (None: unknown)."""
+
+    what: str
+    size: int | None = None
+    cached: bool = False  # already in the download cache: nothing crosses the network
+
+
+def step_downloads(step: Step, cached: Mapping[str, int] | None = None) -> list[Download]:
+    """What this step downloads. cached: url -> size of files already in the cache."""
+    cached = cached or {}
+    if step.wheel is not None:
+        size = cached.get(step.wheel.url)
+        return [Download(step.wheel.file, size, size is not None)]
+    out = []
+    if step.action in ("install", "install-from-index") and step.requirement:
+        where = step.index_url or "its index"
+        out.append(Download(f"a wheel of {step.requirement} from {where}"))
+    if step.build is not None and step.build.source.startswith("https://"):
+        size = cached.get(step.build.source)
+        label = "if the index fails, " if step.action == "install-from-index" else ""
+        out.append(Download(f"{label}the source archive {step.build.source}", size,
+                            size is not None))
+    return out
+
+
+def _size_text(d: Download) -> str:
+    if d.cached and d.size is not None:
+        return f"in the cache ({human_bytes(d.size)}), not downloaded again"
+    return human_bytes(d.size) if d.size is not None else UNKNOWN_SIZE
+
+
+def step_lines(number: int, step: Step, cached: Mapping[str, int] | None = None
+               ) -> list[str]:
     lines = [f"{number}. {step.title}", f"   why: {step.reason}"]
+    downloads = step_downloads(step, cached)
     if step.wheel is not None:
         lines.append(f"   download: {step.wheel.file}")
         lines.append(f"   from: {step.wheel.url}")
-        lines.append("   size: not in the index (shown in the log once downloaded)")
+        lines.append(f"   size: {_size_text(downloads[0])}")
         lines.append(f"   sha256: {step.wheel.sha256} ({step.wheel.sha256_source})"
                      if step.wheel.sha256 else "   sha256: not in the index (recorded)")
+    else:
+        for d in downloads:
+            lines.append(f"   download: {d.what}, {_size_text(d)}")
     if step.index_url:
         lines.append(f"   index: {step.index_url}")
     if step.build is not None:
         label = "fallback build" if step.action == "install-from-index" else "builds"
         lines.append(f"   {label}: {step.build.source}")
-        if step.build.source.startswith("https://"):
-            lines.append("   download: the source archive (size not in the index)")
     lines.append(f"   venv: {step_changes(step)}")
     return lines
+
+
+def downloads_summary(plan: Plan, cached: Mapping[str, int] | None = None) -> str:
+    """The plan's downloads in one line: how many, and the total where sizes are known."""
+    items = [d for s in plan.steps for d in step_downloads(s, cached)]
+    fetched = [d for d in items if not d.cached]
+    if not items:
+        return "Downloads: none."
+    if not fetched:
+        return f"Downloads: none; all {len(items)} file(s) are in the cache."
+    known = sum(d.size or 0 for d in fetched)
+    unknown = sum(1 for d in fetched if d.size is None)
+    files = f"{len(fetched)} file{'s' if len(fetched) > 1 else ''}"
+    if unknown == len(fetched):
+        total = "total size unknown (the index has no sizes)"
+    elif unknown:
+        total = f"{human_bytes(known)} known, {unknown} of unknown size"
+    else:
+        total = f"{human_bytes(known)} in all"
+    cache = f"; {len(items) - len(fetched)} in the cache" if len(items) > len(fetched) else ""
+    return f"Downloads: {files}, {total}{cache}."
+
+
+def tilde(text: str, home: str) -> str:
+    """Paths under the home folder as ~/..., as a POSIX shell takes them (Windows: as is)."""
+    if not home or home == "/" or "/" not in home:
+        return text
+    home = home.rstrip("/")
+    return text.replace(home + "/", "~/")
+
+
+def clock_text(seconds: float) -> str:
+    minutes, secs = divmod(int(max(seconds, 0)), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+def transfer_line(received: int, size: int | None, seconds: float) -> str:
+    """A download's progress: "1.2 MiB of 2.0 MiB  640.0 KiB/s  0:02"."""
+    got = human_bytes(received) + (f" of {human_bytes(size)}" if size is not None
+                                   else " (size not sent)")
+    rate = f"{human_bytes(int(received / seconds))}/s" if seconds > 0 else "…/s"
+    return f"{got}  {rate}  {clock_text(seconds)}"
 
 
 def plan_summary(plan: Plan) -> str:

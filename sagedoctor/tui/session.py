@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ class Session:
     findings: list[Finding] = field(default_factory=list)
     plan: Plan | Blocked | None = None
     index: WheelIndex | None = None
+    cached: dict[str, int] = field(default_factory=dict)  # url -> size, in the download cache
 
     @property
     def preview_only(self) -> bool:
@@ -90,7 +91,27 @@ class Session:
         source = str(self.options.source_dir.resolve()) if self.options.source_dir else None
         self.plan = resolve_plan(self.facts, self.index, ResolveOptions(
             source_dir=source, use_linux_indexes=self.options.use_linux_indexes))
+        self.cached = {} if self.preview_only or not isinstance(self.plan, Plan) \
+            else cached_sizes(self.plan)
         return self.plan
+
+    def switch_invokeai(self, on: bool) -> str:
+        """SageAttention on or off for the target's InvokeAI; says which route was taken."""
+        from .invokeai_switch import (
+            InvokeAISwitchError,
+            disable_in_invokeai,
+            enable_in_invokeai,
+            reread,
+        )
+
+        target = self.target
+        if target is None or self.facts is None:
+            raise InvokeAISwitchError("there is no venv of this machine to change",
+                                      "run `sagedoctor tui` without --facts")
+        said = (enable_in_invokeai if on else disable_in_invokeai)(target, self.facts.invokeai)
+        if self.facts.invokeai is not None:
+            self.facts = replace(self.facts, invokeai=reread(self.facts.invokeai))
+        return said
 
     def report_json(self) -> str:
         """What `check --json` writes: facts and findings, for a bug report."""
@@ -134,3 +155,25 @@ def load_selftest_report(path: Path) -> dict[str, Any]:
     report = parse_report(json.dumps(inner))
     return {"verdict": verdict(report, key_results(report)), "report": report,
             "calibration_path": None, "source": path.name, "version": __version__}
+
+
+def cached_sizes(plan: Plan) -> dict[str, int]:
+    """url -> size of the plan's files already in the download cache (sha256 re-checked, as
+    the executor does before it uses them)."""
+    from ..install.cache import Cache, default_cache_dir
+    from ..install.errors import HostileDownload
+
+    cache = Cache(default_cache_dir())
+    wanted = [(s.wheel.file, s.wheel.sha256, s.wheel.url) for s in plan.steps if s.wheel]
+    wanted += [(f"SageAttention-{s.build.commit}.tar.gz", s.build.source_sha256,
+                s.build.source) for s in plan.steps
+               if s.build is not None and s.build.commit and s.build.source.startswith("https")]
+    out = {}
+    for name, sha256, url in wanted:
+        try:
+            hit = cache.lookup(name, sha256, url)
+            if hit is not None:
+                out[url] = hit.stat().st_size
+        except (OSError, HostileDownload):
+            continue  # a bad name or an unreadable cache: shown as a download
+    return out

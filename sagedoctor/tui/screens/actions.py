@@ -1,4 +1,5 @@
-"""The actions screen: the start-up hook on or off, the log folder, a JSON report."""
+"""The actions screen: SageAttention on or off in InvokeAI, the start-up hook on or off, the
+log folder, a JSON report. Switches run in a worker (InvokeAI's loader proves each edit)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
@@ -14,6 +16,7 @@ from textual.widgets.option_list import Option
 
 from ...commands.enable import hook_path, run_disable, run_enable
 from ...errors import SagedoctorError
+from ..invokeai_switch import state_line
 
 if TYPE_CHECKING:
     from ..app import SagedoctorApp
@@ -24,6 +27,9 @@ REPORT_NAME = "sagedoctor-report.json"
 class ActionsScreen(Screen[None]):
     HELP = """\
 Actions: Up/Down choose, Enter runs the highlighted one.
+InvokeAI on/off  its own attention_backend setting where the
+         release has one (invokeai.yaml, backed up, checked by
+         InvokeAI's loader), else the start-up hook; says which
 Enable   the runtime for every Python of the target venv (a
          start-up hook; needs a passing verify)
 Disable  removes the hook again
@@ -33,6 +39,7 @@ Report   writes facts and findings (as `check --json` does)
 Esc      back
 """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back")]
+    busy = False
 
     @property
     def tui(self) -> SagedoctorApp:
@@ -42,6 +49,8 @@ Esc      back
         yield Header()
         yield Static(self._target_line(), id="actions-target", markup=False)
         yield OptionList(
+            Option("Enable SageAttention in InvokeAI", id="invokeai-on"),
+            Option("Disable SageAttention in InvokeAI", id="invokeai-off"),
             Option("Enable the start-up hook (route attention where verified)", id="enable"),
             Option("Disable the start-up hook", id="disable"),
             Option("Show the log folder", id="logs"),
@@ -61,7 +70,9 @@ Esc      back
             return ("No venv of this machine is selected (facts from a file): only the "
                     "report can be saved.")
         state = "on" if hook_path(target).exists() else "off"
-        return f"Target venv: {target.prefix} (start-up hook: {state})"
+        facts = self.tui.session.facts
+        invokeai = state_line(target, facts.invokeai if facts else None)
+        return f"Target venv: {target.prefix} (start-up hook: {state})\n{invokeai}"
 
     def _say(self, text: str) -> None:
         self.query_one("#action-result", Static).update(text)
@@ -74,22 +85,36 @@ Esc      back
         elif choice == "report":
             self.query_one("#report-path", Input).focus()
             self._say("Edit the file name if you like, then press Enter to save.")
-        elif choice in ("enable", "disable"):
-            self._toggle(choice)
+        elif choice in ("enable", "disable", "invokeai-on", "invokeai-off"):
+            if self.tui.session.target is None:
+                self._say("There is no venv of this machine to change (facts from a file).")
+            elif self.busy:
+                self._say("Still working on the last one…")
+            else:
+                self.busy = True
+                self._say("Working…")
+                self._switch(choice)
 
-    def _toggle(self, choice: str) -> None:
-        target = self.tui.session.target
-        if target is None:
-            self._say("There is no venv of this machine to change (facts from a file).")
-            return
-        out = io.StringIO()
+    @work(thread=True, exclusive=True, group="actions")
+    def _switch(self, choice: str) -> None:
+        session = self.tui.session
         try:
-            (run_enable if choice == "enable" else run_disable)(target, out)
+            if choice.startswith("invokeai-"):
+                said = session.switch_invokeai(choice == "invokeai-on")
+            else:
+                target = session.target
+                assert target is not None
+                out = io.StringIO()
+                (run_enable if choice == "enable" else run_disable)(target, out)
+                said = out.getvalue().strip()
         except SagedoctorError as exc:
-            self._say(f"error {exc.code}: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix
-                                                            else ""))
-            return
-        self._say(out.getvalue().strip())
+            said = f"error {exc.code}: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix
+                                                         else "")
+        self.app.call_from_thread(self._done, said)
+
+    def _done(self, said: str) -> None:
+        self.busy = False
+        self._say(said)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         path = Path(event.value).expanduser().absolute()

@@ -35,7 +35,8 @@ A row fills in when its probes finish:
 Up/Down  select an area; its details and fix show below
 c        copy the selected area's fix to the clipboard
 p        the install plan     v  verify on the GPU
-a        actions (hook, logs, report)     r  check again
+a        actions (InvokeAI, hook, logs, report)
+r        check again
 """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "copy_fix", "Copy fix"),

@@ -1,41 +1,49 @@
-"""The install screen: execute_plan in a worker thread, its progress as a bar and a live log,
-and cancel (the progress callback raises InstallCancelled; the executor stops there)."""
+"""The install screen: execute_plan in a worker thread, its progress as bars (steps; the
+current download's bytes with rate and elapsed, or the build's elapsed time) and a live log,
+and cancel: the progress callbacks raise InstallCancelled and the executor stops and rolls
+back; a running build is stopped only once the user confirms. Afterwards the venv's files
+are hashed again and compared with a snapshot taken before the run."""
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import TYPE_CHECKING, ClassVar
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Log, ProgressBar, Static
 
 from ... import __version__
 from ...install.execute import execute_plan
 from ...install.runner import InstallError
+from ...install.transaction import describe, file_count, snapshot_differences, take_snapshot
 from ...resolve import Plan
 from ..cancel import InstallCancelled, cancelled_in
-from ..model import step_progress
+from ..model import clock_text, step_progress, tilde, transfer_line
+from .confirm import ConfirmScreen
 
 if TYPE_CHECKING:
     from ..app import SagedoctorApp
 
 
-def _clock_text(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}:{secs:02d}"
+PUSH_EVERY_S = 0.1  # a download's bytes reach the screen at most this often
 
 
 class InstallScreen(Screen[None]):
     HELP = """\
 Install: the plan, carried out step by step. Downloads and
 builds come first; the venv changes only once every wheel
-exists and has passed its digest check.
-Esc  cancel: the current download or build stops at its next
-     event, nothing more is started, and the screen says what
-     state the venv is in
+exists and has passed its digest check. The second bar is the
+current download (bytes, rate, time) or build (time).
+Esc  cancel: a download stops at once, a build after you
+     confirm; what was changed is rolled back, and the screen
+     says what state the venv is in (its files hashed again)
 v    verify on the GPU (once done)     b  back (once done)
 """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -44,9 +52,10 @@ v    verify on the GPU (once done)     b  back (once done)
         Binding("b", "back", "Back"),
     ]
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, *, log_name: str | None = None) -> None:
         super().__init__()
         self.plan = plan
+        self.log_name = log_name  # None: the executor's install-<time>-<pid>.log
         self.cancel_requested = threading.Event()
         self.state = "running"  # running, cancelling, done, cancelled, failed
         self.current = "starting"
@@ -54,6 +63,14 @@ v    verify on the GPU (once done)     b  back (once done)
         self.finished_at: float | None = None
         self._worker_thread: int | None = None
         self.changing: list[str] = []  # steps that began changing the venv
+        self.stop_build = threading.Event()  # set once the user confirms stopping a build
+        self.build_started: float | None = None  # the build's start (tui clock), while it runs
+        self.transfer: tuple[str, int, int | None, float] | None = None  # name, got, size, t0
+        self._pushed = 0.0
+        self.venv_check = ""  # what the hashes said after a cancel or failure
+        self.downloading = False
+        self._cancel_raised = False
+        self.built = False  # a build ran (and ended)
 
     @property
     def tui(self) -> SagedoctorApp:
@@ -61,11 +78,18 @@ v    verify on the GPU (once done)     b  back (once done)
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"Installing into {self.plan.prefix}", id="install-state", markup=False)
+        yield Static(self._short(f"Installing into {self.plan.prefix}"), id="install-state",
+                     markup=False)
         yield ProgressBar(total=len(self.plan.steps), show_eta=False, id="install-progress")
         yield Static("", id="install-elapsed", markup=False)
+        with Horizontal(id="transfer"):
+            yield ProgressBar(total=1, show_eta=False, id="transfer-bar")
+            yield Static("no download or build yet", id="transfer-text", markup=False)
         yield Log(id="install-log", auto_scroll=True)
         yield Footer()
+
+    def _short(self, text: str) -> str:
+        return tilde(text, str(Path.home())) if os.name == "posix" else text
 
     def on_mount(self) -> None:
         self.started = self.tui.clock()
@@ -79,32 +103,90 @@ v    verify on the GPU (once done)     b  back (once done)
         end = self.finished_at if self.finished_at is not None else self.tui.clock()
         label = "took" if self.finished_at is not None else "elapsed"
         self.query_one("#install-elapsed", Static).update(
-            f"{label} {_clock_text(end - self.started)}   step: {self.current}")
+            f"{label} {clock_text(end - self.started)}   step: {self.current}")
+        if self.transfer is not None and self.finished_at is None and self.downloading:
+            self._show_transfer()  # a stalled download shows its count and a falling rate
+        if self.build_started is not None:
+            self.query_one("#transfer-text", Static).update(
+                f"building  {clock_text(end - self.build_started)}  (output in the log file)")
 
     @work(thread=True, exclusive=True, group="install")
     def run_install(self) -> None:
         self._worker_thread = threading.get_ident()
+        before = self._snapshot()
         try:
-            execute_plan(self.plan, self._progress, self.tui.session.log_dir, __version__)
+            execute_plan(self.plan, self._progress, self.tui.session.log_dir, __version__,
+                         on_bytes=self._bytes, cancel=self.stop_build,
+                         log_name=self.log_name)
         except InstallError as exc:
+            self.venv_check = self._compare(before)
             self.app.call_from_thread(self._finished, exc)
             return
         except Exception as exc:  # e.g. an unwritable log folder: say so, keep the app up
             error = InstallError(f"the install stopped: {type(exc).__name__}: {exc}",
                                  f"the logs are in {self.tui.session.log_dir}")
+            self.venv_check = self._compare(before)
             self.app.call_from_thread(self._finished, error)
             return
         self.app.call_from_thread(self._finished, None)
 
+    def _snapshot(self) -> dict[str, Any] | None:
+        """The sha256 of every file of the distributions the plan touches (torch: its RECORD),
+        as the transaction takes it, to prove the state after a cancel or failure."""
+        try:
+            return take_snapshot(Path(self.plan.python), self.plan.changed_distributions)
+        except InstallError:
+            return None
+
+    def _compare(self, before: dict[str, Any] | None) -> str:
+        after = self._snapshot() if before is not None else None
+        if before is None or after is None:
+            return "The venv's files could not be read to check them."
+        differences = snapshot_differences(before, after)
+        if differences:
+            return "The venv differs from before: " + "; ".join(differences)
+        return (f"Checked: the venv is as before ({describe(before)}); "
+                f"{file_count(before)} files match their sha256 from before.")
+
     def _progress(self, message: str) -> None:
         """Called by the executor (and its build heartbeat thread) for each event."""
-        if self.cancel_requested.is_set() and threading.get_ident() == self._worker_thread:
-            # Only the executor's own thread may raise: a heartbeat thread would just die.
+        if self._should_stop():
             raise InstallCancelled(self.current)
         self.app.call_from_thread(self._log, message)
 
+    def _should_stop(self) -> bool:
+        """Raise the cancel once, in the executor's own thread (a heartbeat thread would just
+        die): every later event, the rollback's own included, must go through."""
+        if (self.cancel_requested.is_set() and not self._cancel_raised
+                and threading.get_ident() == self._worker_thread):
+            self._cancel_raised = True
+            return True
+        return False
+
+    def _bytes(self, name: str, received: int, size: int | None) -> None:
+        """Called by the download as its body arrives (in the executor's thread)."""
+        if self._should_stop():
+            raise InstallCancelled(f"the download of {name}")
+        if self.transfer is None or self.transfer[0] != name or received == 0:
+            self.transfer = (name, received, size, self.tui.clock())
+        else:
+            self.transfer = (name, received, size, self.transfer[3])
+        now = time.monotonic()
+        if received == 0 or received == size or now - self._pushed >= PUSH_EVERY_S:
+            self._pushed = now
+            self.app.call_from_thread(self._show_transfer)
+
+    def _show_transfer(self) -> None:
+        if self.transfer is None:
+            return
+        _name, received, size, began = self.transfer
+        bar = self.query_one("#transfer-bar", ProgressBar)
+        bar.update(total=size if size else None, progress=received)
+        self.query_one("#transfer-text", Static).update(
+            transfer_line(received, size, self.tui.clock() - began))
+
     def _log(self, message: str) -> None:
-        self.query_one("#install-log", Log).write_line(message)
+        self.query_one("#install-log", Log).write_line(self._short(message))
         found = step_progress(message)
         if found is not None:
             number, _total = found
@@ -112,11 +194,33 @@ v    verify on the GPU (once done)     b  back (once done)
             if not self.current.startswith("preparing: "):
                 self.changing.append(self.current)
             self.query_one("#install-progress", ProgressBar).update(progress=number - 1)
+        elif message.startswith("building: "):
+            self.build_started = self.tui.clock()
+            self.query_one("#transfer-bar", ProgressBar).update(total=None, progress=0)
+        elif message.startswith("built ") and self.build_started is not None:
+            self._build_ended(f"built in {clock_text(self.tui.clock() - self.build_started)}")
+        elif message.startswith("downloading "):
+            self.downloading = True
+        elif message.startswith("sha256 "):
+            self.downloading = False
+            self._show_transfer()  # the last bytes, whatever the throttle held back
         self._tick()
+
+    def _build_ended(self, text: str) -> None:
+        self.build_started = None
+        self.built = True
+        self.query_one("#transfer-bar", ProgressBar).update(total=1, progress=1)
+        self.query_one("#transfer-text", Static).update(text)
 
     def _finished(self, exc: InstallError | None) -> None:
         self.tui.install_running = False
         self.finished_at = self.tui.clock()
+        if self.build_started is not None:
+            self._build_ended("the build was stopped" if self.stop_build.is_set()
+                              else "the build did not finish")
+        elif self.transfer is None and not self.built:
+            self.query_one("#transfer-bar", ProgressBar).display = False
+            self.query_one("#transfer-text", Static).update("nothing was downloaded or built")
         state = self.query_one("#install-state", Static)
         log = self.query_one("#install-log", Log)
         bar = self.query_one("#install-progress", ProgressBar)
@@ -124,28 +228,53 @@ v    verify on the GPU (once done)     b  back (once done)
             self.state = "done"
             bar.update(progress=len(self.plan.steps))
             verify = any(s.action == "verify" for s in self.plan.steps)
-            state.update(f"Installed into {self.plan.prefix}."
-                         + (" v: verify on the GPU now." if verify else ""))
+            state.update(self._short(f"Installed into {self.plan.prefix}."
+                                     + (" v: verify on the GPU now." if verify else "")))
             log.write_line("done: every step finished; nothing outside the plan changed")
-        elif cancelled_in(exc):
+        elif cancelled_in(exc) or self.cancel_requested.is_set():
             self.state = "cancelled"
             touched = ("The venv was not touched: the cancel came before the first change."
                        if not self.changing else
-                       "Steps that had begun to change the venv: " + "; ".join(self.changing))
-            state.update(f"Cancelled. {touched}")
-            log.write_line(f"cancelled: {exc.message}")
-            log.write_line(f"executor: {exc.fix}")
-            log.write_line(touched)
+                       "Rolled back the steps that had begun to change the venv: "
+                       + "; ".join(self.changing) + ".")
+            state.update(self._short(f"Cancelled. {touched} {self.venv_check}"))
+            log.write_line(self._short(f"cancelled: {exc.message}"))
+            log.write_line(self._short(f"executor: {exc.fix}"))
+            log.write_line(self._short(touched))
+            log.write_line(self._short(self.venv_check))
         else:
             self.state = "failed"
-            state.update(f"Failed: error {exc.code}: {exc.message}")
-            log.write_line(f"failed: {exc.message}")
+            state.update(self._short(f"Failed: error {exc.code}: {exc.message}"))
+            log.write_line(self._short(f"failed: {exc.message}"))
             if exc.fix:
-                log.write_line(f"fix: {exc.fix}")
-            log.write_line(f"logs: {self.tui.session.log_dir}")
+                log.write_line(self._short(f"fix: {exc.fix}"))
+            log.write_line(self._short(self.venv_check))
+            log.write_line(self._short(f"logs: {self.tui.session.log_dir}"))
         self._tick()
 
     def action_cancel(self) -> None:
+        if self.state == "running" and self.build_started is not None:
+            self.app.push_screen(self.stop_build_question(), self._confirmed)
+        elif self.state == "running":
+            self._cancel()
+        elif self.state != "cancelling":
+            self.action_back()
+
+    def stop_build_question(self) -> ConfirmScreen:
+        began = self.build_started if self.build_started is not None else self.tui.clock()
+        ran = clock_text(self.tui.clock() - began)
+        return ConfirmScreen(
+            f"A build is running ({ran} so far). Stop it and cancel the install?\n"
+            "The build's work is lost; the venv has not been changed yet, and what the "
+            "install changed is rolled back.", yes="y  stop the build", no="n  keep building")
+
+    def _confirmed(self, stop: bool | None) -> None:
+        if stop and self.state == "running":
+            self._cancel()
+            self.stop_build.set()
+            self.query_one("#transfer-text", Static).update("stopping the build…")
+
+    def _cancel(self) -> None:
         if self.state == "running":
             self.state = "cancelling"
             self.cancel_requested.set()
@@ -153,8 +282,6 @@ v    verify on the GPU (once done)     b  back (once done)
                 "Cancelling: the current step stops at its next event; nothing more is "
                 "started.")
             self.query_one("#install-log", Log).write_line("cancel requested")
-        elif self.state != "cancelling":
-            self.action_back()
 
     def action_back(self) -> None:
         if self.state in ("running", "cancelling"):

@@ -13,7 +13,7 @@ from textual.widgets import Footer, Header, Static
 
 from ...errors import SagedoctorError
 from ...resolve import Blocked, Plan
-from ..model import MARKS, plan_summary, step_lines
+from ..model import MARKS, downloads_summary, plan_summary, step_lines
 
 if TYPE_CHECKING:
     from ..app import SagedoctorApp
@@ -79,11 +79,14 @@ Esc                 back to the check, nothing changed
             return
         head.update(f"Plan for {result.prefix} ({result.os}); torch is never changed:")
         lines = []
+        cached = self.tui.session.cached
         for number, step in enumerate(result.steps, 1):
-            lines += step_lines(number, step)
+            lines += step_lines(number, step, cached)
         lines += [f"note: {note}" for note in result.notes]
         steps.update("\n".join(lines))
         tail = plan_summary(result)
+        if result.steps:
+            tail += "\n" + downloads_summary(result, cached)
         if self.tui.session.preview_only:
             tail += "\nPreview only: these facts are of another machine."
         elif result.steps:
