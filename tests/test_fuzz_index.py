@@ -173,6 +173,7 @@ def api() -> Iterator[str]:
        st.sampled_from([{}, {"Link": '<http://[::1/x>; rel="next"'}, {"Link": "<<<>>>;;;"},
                         {"Link": '<https://evil.example/x>; rel="next"'},
                         {"Content-Type": "text/html; charset=utf-7"}]))
+@example(json.dumps(RELEASES[0]).encode(), {})
 @example(b"\xff\xfe[]", {})  # not UTF-8: httpx's json() raises UnicodeDecodeError
 @example(b"[" * 100_000, {})  # nested too deeply
 def test_a_github_api_server_answer_is_releases_or_sd904(api: str, body: bytes,
