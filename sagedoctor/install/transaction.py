@@ -10,6 +10,7 @@ leaves its journal; the next run finds it and rolls back before anything else.
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import json
 import os
 import shutil
@@ -241,6 +242,14 @@ def _prune(folders: set[Path], keep: set[Path], stop: Path) -> None:
             current = current.parent
 
 
+def _same_bytes(path: Path, copy: Path) -> bool:
+    try:
+        return (path.is_file() and not path.is_symlink()
+                and filecmp.cmp(path, copy, shallow=False))
+    except OSError:
+        return False
+
+
 def roll_back(data: dict[str, Any], say: Say) -> str:
     """Undo the change phase the journal describes; returns the proven state, or raises."""
     python = Path(data["python"])
@@ -271,10 +280,15 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
             removed_from.add(path.parent)
         for original, copy in copies.items():
             target = Path(original)
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)  # a file replaced by a folder: put the file back
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(copy, target)
+            if _same_bytes(target, Path(copy)):
+                continue  # untouched (an immutable file the installer failed to replace)
+            try:
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)  # a file replaced by a folder: put the file back
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(copy, target)
+            except OSError as exc:  # the proof below names what is still different
+                say(f"could not restore {target}: {exc.strerror or exc}")
         keep = {Path(p).parent for p in owned_before} | dist_infos_before
         _prune(removed_from, keep, Path(before["purelib"]))
         after = take_snapshot(python, names)
