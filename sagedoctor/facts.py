@@ -285,7 +285,10 @@ def _from_jsonable(tp: Any, value: Any, where: str, source: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise FactsFileError(source, f"{where}: expected a number")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer of 400 digits
+            raise FactsFileError(source, f"{where}: the number is out of range") from None
     if tp in (str, int, bool):
         # bool is an int in Python; keep them apart so `true` never passes as a count.
         if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):

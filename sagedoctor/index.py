@@ -181,7 +181,10 @@ class TomlTable:
         return self._get(key, str, required)
 
     def number(self, key: str) -> float:
-        return float(self._get(key, (int, float), True))
+        try:
+            return float(self._get(key, (int, float), True))
+        except OverflowError:  # an integer of 400 digits
+            raise self.fail(f"{key!r} is out of range") from None
 
     def texts(self, key: str, required: bool = True) -> tuple[str, ...]:
         value = self._get(key, list, required)
@@ -208,7 +211,10 @@ class TomlTable:
 
 
 def _https(table: TomlTable, key: str, url: str) -> str:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # "https://[::1": urlsplit refuses it
+        raise table.fail(f"{key!r} must be an https URL, got {url!r}") from None
     if parts.scheme != "https" or not parts.netloc:
         raise table.fail(f"{key!r} must be an https URL, got {url!r}")
     return url
@@ -372,7 +378,7 @@ def _linux_index(row: TomlTable) -> LinuxIndex:
     _minor(row, "cuda", entry.cuda)
     try:
         Version(entry.version.format(cuda="12.8", torch="2.10"))
-    except (KeyError, IndexError, ValueError):
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError):  # "{cuda.real}"
         raise row.fail(f"'version' template {entry.version!r} does not make a version") from None
     row.done()
     return entry

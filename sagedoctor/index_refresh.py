@@ -72,7 +72,7 @@ def fetch_releases(api: str = GITHUB_API, timeout: float = 30.0) -> list[Any]:
                                    "set GITHUB_TOKEN if this is the rate limit (403)")
             try:
                 page = response.json()
-            except json.JSONDecodeError as exc:
+            except (ValueError, RecursionError) as exc:  # also not UTF-8, or nested too deeply
                 raise RefreshError("GitHub API answered something that is not JSON", "") \
                     from exc
             if not isinstance(page, list):
@@ -109,7 +109,11 @@ def wheels_from_releases(releases: list[Any], index: WheelIndex) -> tuple[list[W
         tag = release["tag_name"]
         if release.get("draft") is True:
             continue
-        for asset in release.get("assets") or []:
+        assets = release.get("assets") or []
+        if not isinstance(assets, list):
+            skipped.append(f"release {tag}: its assets are not a list")
+            continue
+        for asset in assets:
             if not isinstance(asset, dict) or not isinstance(asset.get("name"), str):
                 continue
             name = asset["name"]

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -123,7 +124,12 @@ def running_processes() -> list[ProcessInfo]:
 def _read(path: Path) -> tuple[bool, str, str]:
     """(has BOM, text with \\n endings, the original line ending)."""
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the read for ever
+            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise InvokeAIConfigError(f"{path} is {kind}; InvokeAI cannot read it",
+                                      "move it away; nothing was changed")
+        if info.st_size > MAX_CONFIG_BYTES:
             raise InvokeAIConfigError(f"{path} is larger than 1 MB", "check the file by hand")
         raw = path.read_bytes()
     except OSError as exc:
@@ -139,10 +145,42 @@ def _read(path: Path) -> tuple[bool, str, str]:
     return bom, text.replace("\r\n", "\n"), newline
 
 
+MAX_FLOW_DEPTH = 64  # InvokeAI's own file nests 2 deep
+
+
+def flow_depth(text: str) -> int:
+    """How deep `[`/`{` nest outside quotes and comments (an upper bound is enough).
+
+    ruamel's scanner is quadratic in open flow collections: 2,000 `[` take it 5 s to refuse."""
+    depth = deepest = 0
+    quote = ""
+    comment = False
+    for char in text:
+        if comment:
+            comment = char != "\n"
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#":
+            comment = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def edited_text(text: str, settings: Mapping[str, str], path: Path) -> str:
     """The file with each key set, comments and order kept. Pure."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
+
+    if flow_depth(text) > MAX_FLOW_DEPTH:
+        raise InvokeAIConfigError(f"{path} is not valid YAML for InvokeAI: nested more than "
+                                  f"{MAX_FLOW_DEPTH} deep", "fix the file (or move it away) "
+                                  "and run again")
 
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
@@ -151,6 +189,11 @@ def edited_text(text: str, settings: Mapping[str, str], path: Path) -> str:
     except YAMLError as exc:
         raise InvokeAIConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}",
                                   "fix the file (or move it away) and run again") from exc
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # ruamel's constructors raise these for values such as a date with month 13.
+        why = "nested too deeply" if isinstance(exc, RecursionError) else f"{exc}"[:120]
+        raise InvokeAIConfigError(f"{path} is not valid YAML: {why}",
+                                  "fix the file (or move it away) and run again") from None
     if data is None:
         from ruamel.yaml.comments import CommentedMap
 
@@ -161,7 +204,11 @@ def edited_text(text: str, settings: Mapping[str, str], path: Path) -> str:
     for key, value in settings.items():
         data[key] = value
     out = io.StringIO()
-    yaml.dump(data, out)
+    try:
+        yaml.dump(data, out)
+    except (YAMLError, RecursionError) as exc:
+        raise InvokeAIConfigError(f"{path} cannot be written back as it was read: "
+                                  f"{type(exc).__name__}", "edit the file by hand") from None
     return out.getvalue()
 
 
@@ -256,7 +303,8 @@ def apply_settings(path: Path, settings: Mapping[str, str], python: Path, venv: 
     `before_write` gets the edit once the backup exists and before the file changes: the
     install journals it there, so a run killed right after the write is still undone."""
     refuse_if_running(path, venv, processes)
-    exists = path.is_file()
+    # Anything in its place (a folder, a FIFO, a dangling link) is _read's to refuse.
+    exists = path.exists() or path.is_symlink()
     bom, text, newline = _read(path) if exists else (False, "", "\n")
     new_text = edited_text(text, settings, path)
     validated_by = prove_loads(python, new_text, settings, path)

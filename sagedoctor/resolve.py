@@ -221,7 +221,10 @@ def _pick_windows_wheel(index: WheelIndex, target: TargetFacts, torch_cuda: str,
                         gpus: list[Gpu] | None = None) -> tuple[WindowsWheel | None, list[str]]:
     """The best wheel for this torch, CUDA major and Python, and why others were passed over."""
     torch_version = _public(target.torch.version if target.torch else "")
-    cuda_major = int(torch_cuda.split(".")[0])
+    torch_cuda_v = compat.parse_version(torch_cuda)
+    if torch_cuda_v is None:  # a facts file or a damaged torch/version.py: no wheel fits
+        return None, [f"torch's CUDA version {torch_cuda!r:.40} is not a version"]
+    cuda_major = torch_cuda_v.release[0]
     tags = _tags(target)
     candidates = []
     why_not: list[str] = []
@@ -240,7 +243,6 @@ def _pick_windows_wheel(index: WheelIndex, target: TargetFacts, torch_cuda: str,
                            f"{wheel.python_min[1]}")
             continue
         candidates.append(wheel)
-    torch_cuda_v = Version(torch_cuda)
 
     def rank(wheel: WindowsWheel) -> tuple[int, int, int, int, Version]:
         return (0 if wheel.problems else 1, wheel.post or 0, 0 if wheel.and_higher else 1,

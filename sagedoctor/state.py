@@ -72,7 +72,7 @@ def load_status(prefix: Path) -> tuple[Status, VerifyRecord | None]:
         return "corrupt", None
     try:
         record = parse_record(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
         record = None
     return ("verified", record) if record is not None else ("corrupt", None)
 

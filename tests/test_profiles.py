@@ -114,3 +114,27 @@ def test_sage_mismatch_says_built_for_x_you_have_y() -> None:
     facts = load_facts_file(PROFILES / "windows-sage-torch-mismatch.json")
     detail = next(f.detail for f in diagnose(facts) if f.code == "SD163")
     assert detail == "built for torch 2.8.0, you have torch 2.9.1+cu128"
+
+
+def test_profile_tags_are_the_ones_packaging_gives_that_interpreter() -> None:
+    # Hand-written tags once lacked cp39-abi3: a 3.12 venv was told it "needs Python >= 3.9".
+    facts = load_facts_file(PROFILES / "windows-triton-mismatch.json")
+    assert facts.target is not None
+    assert {"cp312-cp312-win_amd64", "cp39-abi3-win_amd64", "py3-none-any"} <= set(
+        facts.target.tags)
+    assert facts.target.tags[0] == "cp312-cp312-win_amd64"
+    old = load_facts_file(PROFILES / "windows-python38.json").target
+    assert old is not None and "cp39-abi3-win_amd64" not in old.tags
+    arm = load_facts_file(PROFILES / "windows-arm64.json").target
+    assert arm is not None and all(t.endswith(("win_arm64", "-any")) for t in arm.tags)
+
+
+def test_a_cp39_abi3_wheel_serves_python_312_on_windows() -> None:
+    from sagedoctor.index import shipped_index
+    from sagedoctor.resolve import Plan, resolve_plan
+
+    facts = load_facts_file(PROFILES / "windows-triton-mismatch.json")
+    plan = resolve_plan(facts, shipped_index())
+    assert isinstance(plan, Plan), plan  # was Blocked(SD201 "needs Python >= 3.9")
+    assert [s.action for s in plan.steps] == ["install", "bundle-runtime", "verify"]
+    assert plan.steps[0].requirement == "triton-windows>=3.3,<3.4"

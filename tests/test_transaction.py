@@ -370,3 +370,22 @@ def test_a_file_uv_cannot_remove_is_rolled_back_and_said_plainly(tmp_path: Path,
     assert dists["sageattention"] == "2.1.1"  # not None, as `check` showed before the fix
     assert after == before
     assert not list((tmp_path / "state").rglob("journal.json"))
+
+
+def test_an_immutable_file_uv_cannot_replace_is_rolled_back_without_a_crash(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    # benchmarks/faults.py found this: the rollback wrote back every backed-up file, and the
+    # unchanged immutable one raised PermissionError out of the rollback.
+    python, site = venv
+    target = site / "sageattention" / "core.py"
+    if subprocess.run(["chattr", "+i", str(target)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not allowed here (needs root on a filesystem with it)")
+    try:
+        before = tree_hashes(site)
+        with pytest.raises(InstallError) as info:
+            executor(python, tmp_path, build_step(fake_source(tmp_path / "src"))).run("0.1.0")
+        assert "os error 1" in info.value.message  # EPERM, as uv words it
+        assert "files match their sha256 from before" in info.value.fix
+        assert tree_hashes(site) == before
+    finally:
+        subprocess.run(["chattr", "-i", str(target)], check=True)

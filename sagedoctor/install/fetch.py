@@ -41,11 +41,14 @@ def check_url(url: str, allow_http_host: str | None = None) -> None:
 
 
 def redirect_allowed(source: str, target: str) -> bool:
-    a, b = urlsplit(source), urlsplit(target)
-    if b.scheme not in ("https", a.scheme):
+    try:
+        a, b = urlsplit(source), urlsplit(target)
+        if b.scheme not in ("https", a.scheme):
+            return False
+        if (a.hostname, a.port) == (b.hostname, b.port):
+            return True
+    except ValueError:  # "http://[::1", a port past 65535: no URL we may go to
         return False
-    if (a.hostname, a.port) == (b.hostname, b.port):
-        return True
     return b.hostname in TRUSTED_REDIRECTS.get(a.hostname or "", frozenset())
 
 
@@ -160,7 +163,7 @@ def get_json(url: str, *, allow_http_host: str | None = None, timeout: float = 3
     if "json" in kind:
         try:
             return json.loads(text), kind
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
             raise InstallError(f"{url}: not valid JSON", "") from exc
     return text, kind
 

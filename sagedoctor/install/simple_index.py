@@ -47,18 +47,28 @@ def _files(page: Any, kind: str, base: str) -> list[IndexFile]:
             hashes = item.get("hashes")
             sha = hashes.get("sha256") if isinstance(hashes, dict) else None
             sha = sha if isinstance(sha, str) else None
-            raw.append((urljoin(base, item["url"]), sha, bool(item.get("yanked"))))
+            try:
+                url = urljoin(base, item["url"])
+            except ValueError:
+                continue
+            raw.append((url, sha, bool(item.get("yanked"))))
     elif isinstance(page, str):
         parser = _Links()
         parser.feed(page)
         for href, yanked in parser.links:
-            url = urljoin(base, href)
-            fragment = urlsplit(url).fragment
+            try:
+                url = urljoin(base, href)
+                fragment = urlsplit(url).fragment
+            except ValueError:  # "http://[::1": not a link anything could be fetched from
+                continue
             sha = fragment[7:] if fragment.startswith("sha256=") else None
             raw.append((url, sha, yanked))
     out = []
     for url, sha, yanked in raw:
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            continue
         clean = urlunsplit((parts.scheme, parts.netloc, parts.path, parts.query, ""))
         name = unquote(parts.path.rsplit("/", 1)[-1])
         if yanked or not name.endswith(".whl"):

@@ -66,7 +66,7 @@ def nvidia_smi_candidates(os_name: str, roots: HostRoots) -> list[str]:
 
 
 def _parse_memory_mib(text: str) -> int | None:
-    match = re.fullmatch(r"(\d+)\s*MiB", text.strip())
+    match = re.fullmatch(r"([0-9]+)\s*MiB", text.strip())
     return int(match.group(1)) if match else None
 
 
@@ -85,16 +85,17 @@ def parse_nvidia_smi_csv(text: str, with_compute_cap: bool) -> tuple[list[Gpu], 
         # A GPU name can hold a comma: take the fixed fields from both ends.
         index_s, tail = parts[0], parts[-(width - 2):]
         name = ", ".join(parts[1 : len(parts) - (width - 2)])
-        if not index_s.isdigit() or not name:
+        # [0-9], not isdigit()/\d: "²" is a digit to str but not to int(), "٥" to both.
+        if not re.fullmatch(r"[0-9]+", index_s) or not name:
             continue
         if with_compute_cap:
             cc_s, driver_s, mem_s = tail
         else:
             driver_s, mem_s = tail
             cc_s = ""
-        if not re.fullmatch(r"\d+(\.\d+)+", driver_s):
+        if not re.fullmatch(r"[0-9]+(\.[0-9]+)+", driver_s):
             continue
-        cc: str | None = cc_s if re.fullmatch(r"\d+\.\d+", cc_s) else None
+        cc: str | None = cc_s if re.fullmatch(r"[0-9]+\.[0-9]+", cc_s) else None
         cc_source = "driver"
         if cc is None:
             cc = compute_capability_from_name(name)
@@ -107,7 +108,7 @@ def parse_nvidia_smi_csv(text: str, with_compute_cap: bool) -> tuple[list[Gpu], 
 
 
 def parse_proc_driver_version(text: str) -> str | None:
-    match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    match = re.search(r"Kernel Module(?: for \S+)?\s+([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text)
     return match.group(1) if match else None
 
 
@@ -135,7 +136,7 @@ def gpu_from_nvml(index: int, name: object, capability: object, memory_total: ob
 
 def nvml_driver(value: object) -> str | None:
     text = _nvml_text(value).strip()
-    return text if re.fullmatch(r"\d+(\.\d+)+", text) else None
+    return text if re.fullmatch(r"[0-9]+(\.[0-9]+)+", text) else None
 
 
 def _probe_nvml(roots: HostRoots) -> tuple[list[Gpu], str | None] | None:

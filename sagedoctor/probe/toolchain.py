@@ -14,23 +14,25 @@ from ..proc import ToolMissing, ToolTimeout, run_tool
 from .roots import HostRoots
 
 
+# Versions are ASCII digits ([0-9], not \d: "١٣.٠" is \d but no version a tool prints).
 def parse_nvcc_version(text: str) -> str | None:
     """'Cuda compilation tools, release 13.0, V13.0.88' -> '13.0.88'."""
-    match = re.search(r"release \d+\.\d+, V(\d+\.\d+\.\d+)", text)
+    match = re.search(r"release [0-9]+\.[0-9]+, V([0-9]+\.[0-9]+\.[0-9]+)", text)
     if match:
         return match.group(1)
-    match = re.search(r"release (\d+\.\d+)", text)
+    match = re.search(r"release ([0-9]+\.[0-9]+)", text)
     return match.group(1) if match else None
 
 
 def parse_gcc_version(text: str) -> str | None:
     first = text.splitlines()[0] if text else ""
-    match = re.search(r"(\d+\.\d+(?:\.\d+)?)\s*$", first) or re.search(r"(\d+\.\d+\.\d+)", first)
+    match = (re.search(r"([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s*$", first)
+             or re.search(r"([0-9]+\.[0-9]+\.[0-9]+)", first))
     return match.group(1) if match else None
 
 
 def parse_ninja_version(text: str) -> str | None:
-    match = re.match(r"\s*(\d+\.\d+(?:\.\d+)?)", text)
+    match = re.match(r"\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text)
     return match.group(1) if match else None
 
 

@@ -12,7 +12,44 @@ import json
 from pathlib import Path
 from typing import Any
 
+from packaging import tags as wheel_tags
+
 HERE = Path(__file__).parent
+
+# glibc of the recorded H200 host (Ubuntu 24.04); the probe lists what packaging lists there.
+LINUX_GLIBC = (2, 39)
+# Where packaging names a manylinux_2_x platform by its older PEP 513/571/599 alias too.
+_LEGACY_MANYLINUX = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5): "manylinux1"}
+
+
+def _platforms(os_name: str, machine: str, os_release: str) -> list[str]:
+    """The platform tags packaging's sys_tags() gives an interpreter on that machine."""
+    if os_name == "windows":
+        return ["win_arm64" if machine == "arm64" else "win_amd64"]
+    if os_name == "darwin":
+        darwin_major = int(os_release.split(".")[0])  # Darwin 24 is macOS 15
+        arch = "arm64" if machine == "arm64" else "x86_64"
+        return list(wheel_tags.mac_platforms((darwin_major - 9, 0), arch))
+    arch = "aarch64" if machine == "arm64" else machine
+    oldest = 17 if arch == "aarch64" else 5  # manylinux starts at glibc 2.17 on aarch64
+    out = []
+    for minor in range(LINUX_GLIBC[1], oldest - 1, -1):
+        out.append(f"manylinux_2_{minor}_{arch}")
+        legacy = _LEGACY_MANYLINUX.get((2, minor))
+        if legacy:
+            out.append(f"{legacy}_{arch}")
+    return [*out, f"linux_{arch}"]
+
+
+def target_tags(system: dict[str, Any], target: dict[str, Any]) -> list[str]:
+    """The target's wheel tags, most preferred first, as `packaging.tags` makes them for its
+    CPython version and platform (hand-written lists once missed cp39-abi3)."""
+    major, minor = (int(p) for p in target["python_version"].split(".")[:2])
+    platforms = _platforms(system["os"], system["machine"], system["os_release"])
+    found = list(wheel_tags.cpython_tags((major, minor), platforms=platforms))
+    found += wheel_tags.compatible_tags((major, minor), f"cp{major}{minor}", platforms)
+    return [str(t) for t in found]
+
 
 LINUX_H200: dict[str, Any] = {
     "schema_version": 1,
@@ -29,7 +66,7 @@ LINUX_H200: dict[str, Any] = {
             "driver_version": "580.159.04", "source": "nvidia-smi", "notes": []},
     "target": {
         "executable": "/home/ana/app/.venv/bin/python", "python_version": "3.12.3",
-        "implementation": "cpython", "tags": ["cp312-cp312-manylinux_2_39_x86_64"],
+        "implementation": "cpython", "tags": [],  # main() fills every profile's from packaging
         "is_venv": True, "prefix": "/home/ana/app/.venv", "base_prefix": "/usr",
         "site_packages": "/home/ana/app/.venv/lib/python3.12/site-packages",
         "site_packages_writable": True, "include_dir": "/usr/include/python3.12",
@@ -50,6 +87,7 @@ LINUX_H200: dict[str, Any] = {
                  "config_path": None, "config_exists": False, "schema_version": None,
                  "attention_type": None, "attention_backend": None, "config_error": None},
 }
+LINUX_H200["target"]["tags"] = target_tags(LINUX_H200["system"], LINUX_H200["target"])
 
 WIN_4090: dict[str, Any] = {
     **copy.deepcopy(LINUX_H200),
@@ -62,7 +100,7 @@ WIN_4090: dict[str, Any] = {
     "target": {
         "executable": "C:\\Users\\Ana\\invokeai\\.venv\\Scripts\\python.exe",
         "python_version": "3.12.10", "implementation": "cpython",
-        "tags": ["cp312-cp312-win_amd64", "cp312-abi3-win_amd64", "cp310-abi3-win_amd64"],
+        "tags": [],
         "is_venv": True, "prefix": "C:\\Users\\Ana\\invokeai\\.venv",
         "base_prefix": "C:\\Users\\Ana\\AppData\\Roaming\\uv\\python\\cpython-3.12.10",
         "site_packages": "C:\\Users\\Ana\\invokeai\\.venv\\Lib\\site-packages",
@@ -92,6 +130,7 @@ WIN_4090: dict[str, Any] = {
                  "schema_version": "4.0.3", "attention_type": "auto", "attention_backend": None,
                  "config_error": None},
 }
+WIN_4090["target"]["tags"] = target_tags(WIN_4090["system"], WIN_4090["target"])
 
 
 def gpu(index: int, name: str, cc: str | None, mem: int | None = 24564,
@@ -262,6 +301,8 @@ def main() -> None:
         data = merge(base, changes)
         if changes.get("target", ...) is None:
             data["target"] = None
+        if data["target"] is not None:
+            data["target"]["tags"] = target_tags(data["system"], data["target"])
         (HERE / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
