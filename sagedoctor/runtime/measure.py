@@ -10,8 +10,9 @@ by at least the spread below it: a kernel that only ties SDPA within the noise i
 a decision near the line does not flip between runs. SDPA is kept when the upper quartile is
 below the margin. In between the result is undecided and gets more rounds, up to a bound;
 still undecided, it stays on SDPA. A shape routed by an earlier run of the same build on the
-same GPU stays routed unless the kernel is now measurably slower (upper quartile below 1):
-hysteresis, so that a shape at the line does not flip between runs.
+same GPU stays routed unless the kernel is now measurably slower (upper quartile below 1), and
+one it kept on SDPA needs the margin twice over (1.06) to be routed: hysteresis, so that a
+shape at the line does not flip between runs.
 
 Each CUDA sample starts behind a short GPU spin as long as the host needs to issue one call, so
 the host's launch overhead overlaps GPU work, as it does in a denoising loop that keeps the GPU
@@ -88,9 +89,13 @@ class SpeedResult:
 
 def decide(low: float, high: float, margin: float, prior: bool | None = None) -> str:
     """'kernel', 'sdpa' or 'undecided' for the quartiles of the paired speed-ups. A shape
-    routed before (`prior`) keeps its route unless the kernel is now measurably slower."""
+    decided before (`prior`) keeps its decision unless the new rounds clear a band around the
+    margin: a routed one leaves when the kernel is measurably slower (upper quartile below 1),
+    one kept on SDPA is routed when the lower quartile clears the margin by as much again."""
     if prior is True:
         return "sdpa" if high < 1.0 else "kernel"
+    if prior is False:
+        margin = 2 * margin - 1
     if low >= margin:
         return "kernel"
     if high < margin:
