@@ -517,10 +517,11 @@ def _public_version(version: str | None) -> str | None:
 
 
 def verification_is_current(record: VerificationFacts, target: TargetFacts) -> bool:
-    """Whether the record was made with the sageattention and torch installed now."""
+    """Whether the record was made with the sageattention and torch installed now: the same
+    versions, and no distribution's files rewritten since (another build, same version)."""
     sage = target.sageattention.version if target.sageattention else None
     torch = target.torch.version if target.torch else None
-    return (record.sageattention == sage
+    return (record.sageattention == sage and not record.changed
             and _public_version(record.torch) == _public_version(torch))
 
 
@@ -545,10 +546,12 @@ def check_verification(facts: Facts, os_name: str) -> list[Finding]:
     if not verification_is_current(record, target):
         sage = target.sageattention.version
         torch = target.torch.version if target.torch else "none"
+        now = (f"the installed files of {', '.join(record.changed)} changed since (another "
+               "build or reinstall, whatever its version says)" if record.changed
+               else f"now {sage} and {torch}")
         return [finding("SD168", "warn",
                         f"verified on {record.verified_at} with sageattention "
-                        f"{record.sageattention} and torch {record.torch}; now {sage} and "
-                        f"{torch}", verify)]
+                        f"{record.sageattention} and torch {record.torch}; {now}", verify)]
     out = []
     for wrong in record.wrong_sageattn:
         route = ("the fork's wheel" if os_name == "windows"

@@ -162,6 +162,9 @@ class VerificationFacts:
     sageattention: str | None = None  # the versions the verify ran with
     torch: str | None = None
     wrong_sageattn: tuple[WrongKernel, ...] = ()
+    # Distributions whose installed files changed since (their dist-info's RECORD, by stat):
+    # another build under the same version number, as a by-hand reinstall leaves it.
+    changed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

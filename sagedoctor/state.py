@@ -112,6 +112,15 @@ def forget_routing(prefix: Path) -> None:
     venv_record_path(prefix).unlink(missing_ok=True)
 
 
+def venv_site_dirs(prefix: Path) -> list[str]:
+    """The venv's own site-packages (POSIX lib/pythonX.Y/, Windows Lib/)."""
+    found = sorted(str(p) for p in prefix.glob("lib/python3*/site-packages") if p.is_dir())
+    windows = prefix / "Lib" / "site-packages"
+    if windows.is_dir() and str(windows) not in found:
+        found.append(str(windows))
+    return found
+
+
 def default_post_update(prefix: Path) -> tuple[str, ...]:
     import sys
 

@@ -121,3 +121,41 @@ def test_a_corrupt_state_file_reads_as_unverified_never_a_crash(tmp_path: Path) 
     done = run_cli(["check", "sageattention", "--venv", str(prefix), "--json"], env)
     assert done.returncode in (0, 1), done.stderr
     assert json.loads(done.stdout)["facts"]["verification"]["status"] == "corrupt"
+
+
+def test_a_rebuild_under_the_same_version_makes_the_record_stale(tmp_path: Path) -> None:
+    # On the H200: the main build verified, then a v2.2.0 build (also "2.2.0") installed by
+    # hand; `check` said "No problems found". The dist-info's RECORD, by stat, tells them apart.
+    import os
+
+    from sagedoctor.runtime.hook import dist_stats
+    from sagedoctor.state import venv_site_dirs
+
+    prefix, env = venv_with_sage(tmp_path)
+    report = parse_report((FIXTURES / "selftest-h200-main.json").read_text(encoding="utf-8"))
+    report["fingerprint"] = {"python": "3.12.3",
+                             "dists": {"sageattention": "2.2.0", "torch": "2.11.0"},
+                             "stat": dist_stats(venv_site_dirs(prefix))}
+    old_home = os.environ.get("HOME")
+    os.environ["HOME"] = env["HOME"]
+    try:
+        record(prefix, report)
+    finally:
+        if old_home is not None:
+            os.environ["HOME"] = old_home
+
+    def codes() -> tuple[set[str], str]:
+        done = run_cli(["check", "sageattention", "--venv", str(prefix), "--json"], env)
+        data = json.loads(done.stdout)
+        return {f["code"] for f in data["findings"]}, json.dumps(data["findings"])
+
+    found, _ = codes()
+    assert "SD168" not in found and "SD169" not in found and "SD167" not in found
+    import shutil
+
+    site = Path(venv_site_dirs(prefix)[0])
+    shutil.rmtree(site / "sageattention-2.2.0.dist-info")  # reinstalled by hand: another build
+    add_sageattention(site, "2.2.0", ("_fused", "_qattn_sm90"))
+    found, text = codes()
+    assert "SD168" in found, text
+    assert "installed files of sageattention changed" in text

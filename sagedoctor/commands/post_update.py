@@ -83,22 +83,13 @@ def venv_python_version(prefix: Path) -> str | None:
         else None
 
 
-def venv_site_dirs(prefix: Path) -> list[str]:
-    """The venv's own site-packages (POSIX lib/pythonX.Y/, Windows Lib/)."""
-    found = sorted(str(p) for p in prefix.glob("lib/python3*/site-packages") if p.is_dir())
-    windows = prefix / "Lib" / "site-packages"
-    if windows.is_dir() and str(windows) not in found:
-        found.append(str(windows))
-    return found
-
-
 def unchanged_since_verify(prefix: Path) -> tuple[bool, str]:
     """(True, what was verified) where a passing record's stat fingerprint still matches the
     venv; else (False, why the slow path runs)."""
     import json
 
     from ..runtime.hook import dist_stats, stat_differences
-    from ..state import load_status, venv_record_path
+    from ..state import load_status, venv_record_path, venv_site_dirs
 
     status, record = load_status(prefix)
     if record is None:

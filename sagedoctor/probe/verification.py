@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import VerificationFacts, WrongKernel
-from ..state import load_status
+from ..runtime.hook import dist_stats, stat_differences
+from ..state import load_status, venv_site_dirs
 
 
 def wrong_kernels(results: Any) -> tuple[WrongKernel, ...]:
@@ -40,7 +41,11 @@ def read_verification(prefix: Path) -> VerificationFacts:
         value = dists.get(name)
         return value if isinstance(value, str) else None
 
+    saved = record.fingerprint.get("stat") if isinstance(record.fingerprint, dict) else None
+    changed: tuple[str, ...] = ()
+    if isinstance(saved, dict):  # reports before the stat fingerprint have none to compare
+        changed = tuple(stat_differences(saved, dist_stats(venv_site_dirs(prefix))))
     return VerificationFacts(status=status, verdict=record.verdict,
                              verified_at=record.verified_at,
                              sageattention=version("sageattention"), torch=version("torch"),
-                             wrong_sageattn=wrong_kernels(record.results))
+                             wrong_sageattn=wrong_kernels(record.results), changed=changed)
