@@ -16,6 +16,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
+from sagedoctor.commands.enable import HOOK_LINE
 from sagedoctor.tui.app import SagedoctorApp
 from sagedoctor.tui.screens.actions import ActionsScreen
 from sagedoctor.tui.session import TuiOptions
@@ -167,7 +168,7 @@ async def test_invokeai_without_the_setting_is_switched_by_the_start_up_hook(
         said = static(app, "#action-result")
         assert said.startswith("InvokeAI 6.14.2 has no attention_backend setting, so "
                                "SageAttention is on through the venv's start-up hook.")
-        assert hook.read_text(encoding="utf-8").startswith("import sagedoctor_runtime.hook")
+        assert hook.read_text(encoding="utf-8") == HOOK_LINE
         assert config.read_bytes() == CONFIG.encode()  # a key 6.14.2 would refuse: never set
         assert "start-up hook on" in static(app, "#actions-target")
         await pilot.press("down", "enter")
