@@ -73,6 +73,15 @@ def _on_functional_loaded(module: "ModuleType") -> None:
         hook.arm(module)
 
 
+def find_functional(fullname: str, path: "Sequence[str] | None",
+                    target: "ModuleType | None" = None) -> "ModuleSpec | None":
+    """What the .pth line's inline finder (commands/enable.py) calls on the first import of
+    torch.nn.functional: until then nothing of the runtime is imported at start."""
+    if runtime_switched_off():
+        return None
+    return FunctionalWatcher().find_spec(fullname, path, target)
+
+
 def install() -> None:
     if runtime_switched_off():
         return
