@@ -88,22 +88,18 @@ def _write_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def save_record(prefix: Path, record: VerifyRecord) -> Path:
+def save_record(prefix: Path, record: VerifyRecord,
+                venv_extra: dict[str, Any] | None = None) -> Path:
     """The user-state copy always (its path is returned); the venv's (the hook's arming
-    record) only for 'routing', so an old passing verdict cannot switch a broken build on.
-    The venv's copy keeps extra keys the verify wrote there (kernels)."""
+    record, with `venv_extra` beside it: the kernels verify chose) only for 'routing', so an
+    old passing verdict cannot switch a broken build on. One writer for both files."""
     data = record.to_json()
     path = state_path(prefix)
     _write_atomic(path, {**data, "prefix": str(Path(prefix).resolve())})
     if record.verdict != "routing":
         forget_routing(prefix)
         return path
-    venv_path = venv_record_path(prefix)
-    try:
-        old = json.loads(venv_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        old = None
-    _write_atomic(venv_path, {**(old if isinstance(old, dict) else {}), **data})
+    _write_atomic(venv_record_path(prefix), {**(venv_extra or {}), **data})
     return path
 
 
@@ -129,9 +125,11 @@ def default_post_update(prefix: Path) -> tuple[str, ...]:
 
 
 def record_verification(prefix: Path, python: Path, verdict: str, fingerprint: dict[str, Any],
-                        results: dict[str, Any], when: str) -> Path:
-    """What `verify` calls after each self-test, whatever the verdict."""
+                        results: dict[str, Any], when: str,
+                        kernels: dict[str, str | None] | None = None) -> Path:
+    """What `verify` calls after each self-test, whatever the verdict; `kernels` (per
+    arch|dtype|head size, the kernel verify chose) go into the venv's arming record."""
     del python  # the prefix names the venv; kept for the caller's signature
     record = VerifyRecord(verdict, when, dict(fingerprint), dict(results),
                           default_post_update(prefix))
-    return save_record(prefix, record)
+    return save_record(prefix, record, {"kernels": dict(kernels)} if kernels else None)

@@ -175,23 +175,9 @@ def verdict(report: dict[str, Any], results: list[KeyResult]) -> str:
     return "sdpa-only"
 
 
-def write_verified(prefix: Path, report: dict[str, Any], results: list[KeyResult],
-                   when: str) -> Path | None:
-    """The fingerprint the start-up hook compares with; removed when nothing may be routed,
-    so an old verdict cannot switch a broken build on."""
-    path = prefix / "sagedoctor" / "verified.json"
-    outcome = verdict(report, results)
-    if outcome != "routing":
-        path.unlink(missing_ok=True)
-        return None
-    data = {"schema_version": 1, "verified_at": when, "verdict": outcome,
-            "fingerprint": report.get("fingerprint", {}),
-            "kernels": {r.calibration_key: r.chosen for r in results}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+def chosen_kernels(results: list[KeyResult]) -> dict[str, str | None]:
+    """Per arch|dtype|head size, the kernel verify chose (None: SDPA)."""
+    return {r.calibration_key: r.chosen for r in results}
 
 
 def describe_routing(r: KeyResult) -> str:

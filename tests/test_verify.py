@@ -15,7 +15,6 @@ from sagedoctor.verify import (
     parse_report,
     render_table,
     verdict,
-    write_verified,
 )
 
 RECORDED = Path(__file__).parent / "fixtures" / "selftest-h200-v2.2.0.json"
@@ -64,18 +63,30 @@ def test_the_good_build_routes_long_sequences_to_the_sm90_kernel() -> None:
 
 
 def test_a_routing_verdict_writes_the_fingerprint_and_a_failing_one_removes_it(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sagedoctor.state import record_verification, state_path, venv_record_path
+    from sagedoctor.verify import chosen_kernels, verdict, verify_record
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the user's state store
+    prefix = tmp_path / "venv"
+
+    def record(report: dict, results: list, when: str) -> None:
+        record_verification(prefix, prefix / "bin" / "python", verdict(report, results),
+                            report.get("fingerprint", {}), verify_record(report, results),
+                            when, chosen_kernels(results))
+
     report = recorded()
     results = key_results(report)
-    assert write_verified(tmp_path, report, results, "2026-12-02T00:00:00") is None
+    path = venv_record_path(prefix)
+    record(report, results, "2026-12-02T00:00:00")
+    assert not path.exists() and state_path(prefix).is_file()  # sdpa-only: not armed
     fast = [r.__class__(**{**r.__dict__, "crossover": 12288, "routed": 3}) for r in results]
     report["fingerprint"] = {"python": "3.12.3", "dists": {"torch": "2.11.0"}}
-    path = write_verified(tmp_path, report, fast, "2026-12-02T00:00:00")
-    assert path is not None
+    record(report, fast, "2026-12-02T00:00:00")
     data = json.loads(path.read_text())
     assert data["verdict"] == "routing" and data["fingerprint"]["dists"]["torch"] == "2.11.0"
     assert data["kernels"]["9.0|bfloat16|128"] == "sage_fp8_cuda_fp32fp16"
-    assert write_verified(tmp_path, report, results, "later") is None
+    record(report, results, "later")
     assert not path.exists()  # a later failing verify switches the hook off
 
 

@@ -107,10 +107,11 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
                out: TextIO | None = None, repeat: int = 1, fresh: bool = False) -> int:
     import datetime
 
-    from ..state import record_verification
+    from ..state import record_verification, venv_record_path
     from ..verify import (
         agreement,
         calibration,
+        chosen_kernels,
         key_results,
         render_app_shapes,
         render_table,
@@ -119,7 +120,6 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
         verdict,
         verify_record,
         write_calibration,
-        write_verified,
     )
 
     stream = out or sys.stdout
@@ -134,10 +134,11 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
         signatures.append(run_signature(results))
         path = write_calibration(prefix, data)
         outcome = verdict(report, results)
-        verified = write_verified(prefix, report, results, when)
-        # The state store's record: what check and plan say of this venv from now on.
+        # The state store's record: what check and plan say of this venv from now on, and
+        # (routing only) the venv's arming record the start-up hook reads.
         record_verification(prefix, python, outcome, report.get("fingerprint", {}),
-                            verify_record(report, results), when)
+                            verify_record(report, results), when, chosen_kernels(results))
+        verified = venv_record_path(prefix) if outcome == "routing" else None
         if as_json:
             continue
         if repeat > 1:
