@@ -47,6 +47,27 @@ def _target_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, metavar="DIR", help="the InvokeAI root folder")
 
 
+def _route_options(p: argparse.ArgumentParser) -> None:
+    """Where the wheels or the source come from: plan, install, post-update, tui."""
+    p.add_argument("--index", type=Path, metavar="FILE",
+                   help="use this wheels_index.toml instead of the shipped one")
+    p.add_argument("--source", type=Path, metavar="DIR",
+                   help="Linux: build SageAttention from this source folder")
+    p.add_argument("--no-wheel-index", action="store_true",
+                   help="Linux: skip third-party wheel indexes, build from source")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="tracebacks of sagedoctor's own errors")
+
+
+def _fetch_options(p: argparse.ArgumentParser) -> None:
+    """How downloads are made: install and post-update."""
+    p.add_argument("--offline", action="store_true",
+                   help="use only the download cache; fail if something is missing")
+    p.add_argument("--source-url", metavar="URL",
+                   help="Linux: fetch the pinned source archive from here (https, or http on "
+                        "127.0.0.1/localhost); SAGEDOCTOR_SOURCE_URL also works")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="sagedoctor",
@@ -74,15 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         _target_options(p)
         p.add_argument("--facts", type=Path, metavar="FILE",
                        help="plan for a saved `check --json` file instead of this machine")
-        p.add_argument("--index", type=Path, metavar="FILE",
-                       help="use this wheels_index.toml instead of the shipped one")
-        p.add_argument("--source", type=Path, metavar="DIR",
-                       help="Linux: build SageAttention from this source folder")
-        p.add_argument("--no-wheel-index", action="store_true",
-                       help="Linux: skip third-party wheel indexes, build from source")
+        _route_options(p)
         p.add_argument("--json", action="store_true", help="write the plan as JSON")
-        p.add_argument("-v", "--verbose", action="store_true",
-                       help="tracebacks of sagedoctor's own errors")
 
     plan = sub.add_parser("plan", help="show what `install` would do, and why",
                           description="Resolve the wheels (or the source build) for the target "
@@ -96,11 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan_options(install)
     install.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     install.add_argument("--quick", action="store_true", help="a short verify sweep")
-    install.add_argument("--offline", action="store_true",
-                         help="use only the download cache; fail if something is missing")
-    install.add_argument("--source-url", metavar="URL",
-                         help="Linux: fetch the pinned source archive from here (https, or "
-                              "http on 127.0.0.1/localhost); SAGEDOCTOR_SOURCE_URL also works")
+    _fetch_options(install)
     verify = sub.add_parser("verify", help="prove SageAttention correct and faster on each GPU",
                             description="Run the runtime's self-test in the target venv: every "
                                         "kernel against SDPA, timings, and the calibration "
@@ -122,20 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "the repair not confirmed), 3 sagedoctor or the repair failed, 64 a usage "
                     "error.")
     _target_options(post)
-    post.add_argument("--index", type=Path, metavar="FILE",
-                      help="use this wheels_index.toml instead of the shipped one")
-    post.add_argument("--source", type=Path, metavar="DIR",
-                      help="Linux: rebuild SageAttention from this source folder")
-    post.add_argument("--no-wheel-index", action="store_true",
-                      help="Linux: skip third-party wheel indexes, build from source")
-    post.add_argument("-v", "--verbose", action="store_true",
-                      help="tracebacks of sagedoctor's own errors")
+    _route_options(post)
     post.add_argument("--yes", action="store_true", help="carry out the repair without asking")
-    post.add_argument("--offline", action="store_true",
-                      help="use only the download cache; fail if something is missing")
-    post.add_argument("--source-url", metavar="URL",
-                      help="Linux: fetch the pinned source archive from here (https, or http "
-                           "on 127.0.0.1/localhost)")
+    _fetch_options(post)
     post.add_argument("--quick", action="store_true", help="a short verify sweep")
     for name, text in (("enable", "switch the runtime on for every Python of the target venv "
                                   "(a start-up hook; needs a passing `verify`)"),
@@ -149,14 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     tui.add_argument("--facts", type=Path, metavar="FILE",
                      help="check and plan a saved `check --json` file (a preview: nothing is "
                           "installed)")
-    tui.add_argument("--index", type=Path, metavar="FILE",
-                     help="use this wheels_index.toml instead of the shipped one")
-    tui.add_argument("--source", type=Path, metavar="DIR",
-                     help="Linux: build SageAttention from this source folder")
-    tui.add_argument("--no-wheel-index", action="store_true",
-                     help="Linux: skip third-party wheel indexes, build from source")
-    tui.add_argument("-v", "--verbose", action="store_true",
-                     help="tracebacks of sagedoctor's own errors")
+    _route_options(tui)
     tui.add_argument("--report", type=Path, metavar="FILE",
                      help="show this saved self-test report (`verify --json`) on the verify "
                           "screen instead of running one")
