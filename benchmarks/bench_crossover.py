@@ -4,16 +4,20 @@ compared with the decisions `sagedoctor verify` stored for the venv.
 Every 1024 tokens from 4096 to 32768, bf16 and fp16, head sizes 64 and 128, 10, 24 and 40
 heads (10 heads at batch 2, as SDXL runs with classifier-free guidance; the others at batch 1).
 Timing is deliberately not verify's: bursts of back-to-back calls between two host clock reads
-with one synchronisation, both paths alternating first; per-call medians. Each kernel the
-runtime's registry offers for the GPU is checked against fp32 SDPA first; wrong ones are
-reported and not timed.
+with one synchronisation, both paths alternating first; per-call medians. A burst lasts at least
+`--burst-s` seconds (0.2 by default; 0 for a fixed `--burst` count), so each path runs alone
+long enough for a GPU at its power limit to clock it by its own draw, as a denoising loop
+does (docs/measurement.md); `--chosen-only` times SDPA against just the runtime's kernel.
+Each kernel the runtime's registry offers for the GPU is checked against fp32 SDPA first;
+wrong ones are reported and not timed.
 
 For each point the kernel the runtime would use (the first correct one in its order) is
 judged: "route" when its speed-up is at least the margin (1.03), "sdpa" below 1.00, a tie in
 between. A stored decision disagrees when it routes a point judged "sdpa" or keeps SDPA at a
 point judged "route"; ties never count. The disagreements are listed; exit 0 either way.
 
-    python benchmarks/bench_crossover.py [--samples 3] [--burst 3] [--json FILE]
+    python benchmarks/bench_crossover.py [--samples 3] [--burst 3] [--burst-s 0.2]
+        [--chosen-only] [--json FILE]
         [--calibration FILE] [--dtypes bfloat16,float16] [--head-dims 64,128]
         [--heads 10,24,40] [--lengths 4096:32768:1024]
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -65,6 +70,13 @@ def crossover(points: list[tuple[int, str]]) -> int | None:
     return best
 
 
+def burst_calls(one_call_s: float, burst: int, burst_s: float) -> int:
+    """Calls per burst: at least `burst`, and enough to last `burst_s` seconds."""
+    if burst_s > 0 and one_call_s > 0:
+        return max(burst, min(100_000, math.ceil(burst_s / one_call_s)))
+    return burst
+
+
 def burst_time(fn: Callable[[], Any], sync: Callable[[], None], burst: int) -> float:
     sync()
     started = time.perf_counter()
@@ -78,6 +90,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--burst", type=int, default=3)
+    parser.add_argument("--burst-s", type=float, default=0.2,
+                        help="each burst lasts at least this long (0: exactly --burst calls)")
+    parser.add_argument("--chosen-only", action="store_true",
+                        help="time SDPA against the runtime's kernel only")
     parser.add_argument("--lengths", type=lengths, default=lengths("4096:32768:1024"))
     parser.add_argument("--dtypes", default="bfloat16,float16")
     parser.add_argument("--head-dims", default="64,128")
@@ -110,7 +126,8 @@ def main() -> int:
                                  f"{major}.{minor}", 0)
     n_stored = len(stored.gpus[gpu].decisions) if gpu in stored.gpus else 0
     print(f"{torch.cuda.get_device_name(device)} ({gpu}), torch {torch.__version__}; margin "
-          f"{margin}; {args.samples} samples of {args.burst} calls per path and point; "
+          f"{margin}; {args.samples} samples of {args.burst} calls"
+          + (f" or {args.burst_s} s" if args.burst_s > 0 else "") + " per path and point; "
           f"stored decisions for this GPU: {n_stored} ({path})")
     sync = torch.cuda.synchronize
     rows: list[dict[str, Any]] = []
@@ -142,6 +159,8 @@ def main() -> int:
             if not kernels:
                 continue
             chosen = kernels[0][0]  # the runtime's pick: first correct one in its order
+            if args.chosen_only:
+                kernels = kernels[:1]
             for heads in (int(x) for x in args.heads.split(",")):
                 batch = 2 if heads == 10 else 1
                 points: list[tuple[int, str]] = []
@@ -155,11 +174,14 @@ def main() -> int:
                         paths[kname] = partial(fn, q, k, v, is_causal=False, scale=None)
                     times: dict[str, list[float]] = {p: [] for p in paths}
                     order = list(paths)
+                    calls = {}
                     for p in order:
                         paths[p]()  # warm: the first call of a shape compiles or allocates
+                        calls[p] = burst_calls(burst_time(paths[p], sync, 1), args.burst,
+                                               args.burst_s)
                     for sample in range(args.samples):
                         for p in order if sample % 2 == 0 else reversed(order):
-                            times[p].append(burst_time(paths[p], sync, args.burst))
+                            times[p].append(burst_time(paths[p], sync, calls[p]))
                     median = {p: statistics.median(t) for p, t in times.items()}
                     speedups = {p: median["sdpa"] / median[p] for p in paths if p != "sdpa"}
                     verdict = judge(speedups[chosen], margin)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,33 +34,55 @@ from sagedoctor.runtime.measure import (
     inner_calls,
     lead_for,
     measure_pair,
+    sustained_calls,
 )
 
 
 class FakeClock:
     """Per-call times for the two paths, with multiplicative noise, a slow first few samples
-    (clocks ramping up) and optional outlier samples."""
+    (clocks ramping up) and optional outlier samples. `sustained` gives the per-call times
+    once a path has run alone for `after_s` seconds: a GPU at its power limit clocks each
+    kernel by its own draw, which only shows in long runs of one path."""
 
     def __init__(self, kernel_s: float, sdpa_s: float, noise: float = 0.0, seed: int = 0,
-                 cold_samples: int = 0, outliers: float = 0.0) -> None:
+                 cold_samples: int = 0, outliers: float = 0.0,
+                 sustained: tuple[float, float] | None = None, after_s: float = 0.05) -> None:
         self.times = {"kernel": kernel_s, "sdpa": sdpa_s}
+        self.sustained = None if sustained is None else dict(zip(("kernel", "sdpa"),
+                                                                 sustained, strict=True))
+        self.after_s = after_s
         self.noise = noise
         self.rng = random.Random(seed)
         self.cold = cold_samples
         self.outliers = outliers
         self.samples = {"kernel": 0, "sdpa": 0}
+        self.calls = 0  # every call, timed or not
+        self.last = ""
+        self.alone_s = 0.0  # how long the last path has run without the other
 
     def paths(self) -> tuple[Callable[[], str], Callable[[], str]]:
-        return (lambda: "kernel"), (lambda: "sdpa")
+        return (lambda: self._ran("kernel")), (lambda: self._ran("sdpa"))
+
+    def _ran(self, path: str) -> str:
+        self.calls += 1
+        if path != self.last:
+            self.last, self.alone_s = path, 0.0
+        self.alone_s += self.times[path]
+        return path
 
     def __call__(self, fn: Callable[[], Any], inner: int) -> float:
         path = fn()
         self.samples[path] += 1
-        per_call = self.times[path] * (1 + self.rng.gauss(0, self.noise))
+        base = self.times[path]
+        if self.sustained is not None and self.alone_s >= self.after_s:
+            base = self.sustained[path]
+        per_call = base * (1 + self.rng.gauss(0, self.noise))
         if self.samples[path] <= self.cold:
             per_call *= 3  # the first samples run before the clocks are up
         if self.outliers and self.rng.random() < self.outliers:
             per_call *= 2  # another process took the GPU for a moment
+        self.calls += inner - 1
+        self.alone_s += base * (inner - 1)
         return per_call * inner
 
 
@@ -119,10 +142,57 @@ def test_outlier_samples_do_not_decide() -> None:
 
 
 def test_undecided_results_get_more_rounds_up_to_the_bound() -> None:
-    result, _ = measured(1.0e-3, 1.035e-3, noise=0.03, seed=1)
+    short_only = replace(FULL, sustain_s=0.0)
+    result, _ = measured(1.0e-3, 1.035e-3, short_only, noise=0.03, seed=1)
     assert FULL.rounds < result.rounds <= FULL.max_rounds
-    quick, _ = measured(1.0e-3, 1.035e-3, QUICK, noise=0.03, seed=1)
+    quick, _ = measured(1.0e-3, 1.035e-3, replace(QUICK, sustain_s=0.0), noise=0.03, seed=1)
     assert quick.rounds <= QUICK.max_rounds
+    # In the sustained stage likewise: 2 rounds, then more in pairs up to its own bound.
+    runs = [measured(1.0e-3, 1.035e-3, noise=0.03, seed=seed)[0] for seed in range(10)]
+    assert all(r.short is not None and r.rounds <= FULL.sustain_max_rounds for r in runs)
+    assert any(r.rounds > FULL.sustain_rounds for r in runs)
+
+
+def test_a_kernel_the_power_limit_favours_is_decided_by_the_sustained_stage() -> None:
+    # As on the H200 at 9728 tokens: 0.95x SDPA in short interleaved samples, 1.08x once
+    # each path runs alone long enough for the clock to follow it.
+    result, _ = measured(1.0e-3, 0.95e-3, noise=0.005, sustained=(1.0e-3, 1.08e-3))
+    assert result.route and result.short == pytest.approx(0.95, abs=0.01)
+    assert result.speedup == pytest.approx(1.08, abs=0.02)
+    assert result.kernel_s == pytest.approx(1.0e-3, rel=0.02)
+    # ...and the other way round: ahead in short samples, behind when sustained.
+    result, _ = measured(1.0e-3, 1.06e-3, noise=0.005, sustained=(1.0e-3, 0.97e-3))
+    assert not result.route and result.speedup < 1.0
+    # Without the sustained stage the short samples decide, wrongly for such a GPU.
+    short_only, _ = measured(1.0e-3, 0.95e-3, replace(FULL, sustain_s=0.0), noise=0.005,
+                             sustained=(1.0e-3, 1.08e-3))
+    assert not short_only.route and short_only.short is None
+
+
+def test_clear_results_never_pay_for_the_sustained_stage() -> None:
+    for kernel_s, sdpa_s in ((1.0e-3, 1.3e-3), (1.3e-3, 1.0e-3)):
+        result, fake = measured(kernel_s, sdpa_s, noise=0.005, sustained=(1.0e-3, 1.0e-3))
+        assert result.short is None
+        assert fake.calls < 160  # 1 ms samples of one call; a sustained block is 160 calls
+
+
+def test_the_sustained_stage_keeps_the_hysteresis_and_runs_blocks_of_the_set_length() -> None:
+    def run(prior: bool | None) -> tuple[Any, FakeClock]:
+        fake = FakeClock(1.0e-3, 1.0e-3, noise=0.002, sustained=(1.0e-3, 1.045e-3))
+        kernel, sdpa = fake.paths()
+        return measure_pair(kernel, sdpa, fake, FULL, prior=prior), fake
+
+    fresh, fake = run(None)
+    assert fresh.route  # 1.045 clears the margin...
+    assert not run(False)[0].route  # ...but not twice over, for a shape kept on SDPA before
+    assert run(True)[0].route
+    # 4 rounds of 2 blocks, each 80 ms untimed then 80 ms timed, on top of the short stage
+    lead, timed = (sustained_calls(s, 1.0e-3, FULL) for s in (FULL.sustain_lead_s,
+                                                             FULL.sustain_s))
+    assert (lead, timed) == (80, 80)
+    assert fake.calls >= 2 * FULL.sustain_rounds * (lead + timed)
+    assert sustained_calls(1.0, 0.0, FULL) == FULL.sustain_max_inner
+    assert sustained_calls(0.08, 1.0, FULL) == 1
 
 
 def test_decide_and_inner_calls() -> None:

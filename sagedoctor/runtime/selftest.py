@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -159,6 +160,8 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
         "measure": {"method": "cuda-events behind a host-lead spin, paired rounds",
                     "margin": settings.margin, "rounds": settings.rounds,
                     "max_rounds": settings.max_rounds, "quick": quick,
+                    "sustain_band": list(settings.sustain_band),
+                    "sustain_s": settings.sustain_s,
                     "prior_decisions": sum(len(g.decisions) for g in prior.gpus.values())
                     if prior else 0},
         "gpus": [],
@@ -229,6 +232,7 @@ def _cpu_entry(torch: Any, thresholds: Thresholds, sdpa: Callable[..., Any],
     device = torch.device("cpu")
     registry = _cpu_registry()
     timer = perf_counter_timer(lambda: None)
+    settings = replace(settings, sustain_s=0.0)  # no power limit to follow on the CPU
     gpu: dict[str, Any] = {"index": 0, "name": "cpu", "arch": "0.0", "uuid": None, "keys": []}
     for dtype_name in dtypes:
         for d in head_dims:
@@ -289,7 +293,8 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
                 "sdpa_ms": round(result.sdpa_s * 1e3, 4), "speedup": round(result.speedup, 4),
                 "low": round(result.low, 4), "high": round(result.high, 4),
                 "rounds": result.rounds, "route": result.route, "settled": result.settled,
-                "prior": prior})
+                "prior": prior, "sustained": result.short is not None,
+                "short": None if result.short is None else round(result.short, 4)})
         crossovers[f"{batch}x{heads}"] = crossover(points)
     key["crossovers"] = crossovers
     key["crossover"] = next(iter(crossovers.values()), None)
