@@ -32,6 +32,26 @@ def make_venv(path: Path) -> Path:
     return found[0]
 
 
+# What the tests install into their venvs themselves: a test interpreter that has them (the
+# GPU machine's, with a real SageAttention and the runtime) must not lend them.
+NOT_BORROWED = ("sageattention", "triton", "sagedoctor_runtime", "sagedoctor-runtime")
+
+
+def borrow_host_site(site: Path) -> None:
+    """Let a test venv import torch (gigabytes) and its dependencies from the test
+    interpreter's site-packages: a path line to a folder of symlinks to every entry there but
+    NOT_BORROWED. (A path line's folder has its .pth files ignored, as before; the folder is
+    named site-packages, as the runtime's fingerprint looks for dist-infos only there.)"""
+    host = Path(sysconfig.get_paths()["purelib"])
+    farm = site.parent / "borrowed from tests" / "site-packages"
+    farm.mkdir(parents=True)
+    for entry in host.iterdir():
+        if not entry.name.lower().replace("-", "_").startswith(
+                tuple(n.replace("-", "_") for n in NOT_BORROWED)):
+            (farm / entry.name).symlink_to(entry)
+    (site / "zz-borrowed-from-tests.pth").write_text(f"{farm}\n", encoding="utf-8")
+
+
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from sagedoctor.install.bundle import build_runtime_wheel
 from sagedoctor.install.runner import Installer
 from sagedoctor.runtime.hook import fingerprint_differences
-from tests.standins import clean_env, make_venv, run_cli, venv_python
+from tests.standins import borrow_host_site, clean_env, make_venv, run_cli, venv_python
 
 pytest.importorskip("torch")
 
@@ -53,8 +52,7 @@ def venv(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     root = tmp_path / "app venv ü"
     site = make_venv(root)
     # torch (gigabytes) comes from the test interpreter's site-packages, by a path line.
-    (site / "zz-torch-from-tests.pth").write_text(sysconfig.get_paths()["purelib"] + "\n",
-                                                  encoding="utf-8")
+    borrow_host_site(site)
     python = venv_python(root)
     Installer.for_target(python).install([str(build_runtime_wheel(tmp_path / "w", "0.1.0"))])
     return python, clean_env(tmp_path)

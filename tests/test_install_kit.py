@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import sysconfig
 import time
 import zipfile
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 from sagedoctor.resolve import BuildSettings, Plan, Step
-from tests.standins import add_dist, local_server, make_venv, venv_python
+from tests.standins import add_dist, borrow_host_site, local_server, make_venv, venv_python
 
 # sageattn stand-ins, run by the smoke check on the CPU (SAGEDOCTOR_SMOKE_DEVICE=cpu).
 SAGE_GOOD = (
@@ -126,8 +125,7 @@ def torch_venv(root: Path) -> tuple[Path, Path]:
     """A real venv whose Python sees this machine's CPU torch through a path line."""
     pytest.importorskip("torch")
     site = make_venv(root)
-    (site / "zz-torch-from-tests.pth").write_text(sysconfig.get_paths()["purelib"] + "\n",
-                                                  encoding="utf-8")
+    borrow_host_site(site)
     return venv_python(root), site
 
 

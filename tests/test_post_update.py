@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +23,15 @@ import pytest
 
 from sagedoctor.install.bundle import build_runtime_wheel
 from sagedoctor.install.runner import Installer
-from tests.standins import EXT, H200, clean_env, fake_nvidia_smi, make_venv, run_cli
+from tests.standins import (
+    EXT,
+    H200,
+    borrow_host_site,
+    clean_env,
+    fake_nvidia_smi,
+    make_venv,
+    run_cli,
+)
 from tests.test_install_kit import SAGE_GOOD, make_wheel, serving
 from tests.test_install_steps import source_archive
 
@@ -109,8 +116,7 @@ def app(tmp_path: Path) -> Iterator[App]:
     site = make_venv(root)
     python = root / "bin" / "python"
     # numpy and the rest of torch's imports come from the test interpreter, by a path line
-    (site / "zz-from-tests.pth").write_text(sysconfig.get_paths()["purelib"] + "\n",
-                                            encoding="utf-8")
+    borrow_host_site(site)
     # Installed from real wheels with full RECORDs, as the app's installer leaves them.
     first = tmp_path / "installed wheels"
     Installer.for_target(python).install([str(w) for w in (
