@@ -21,7 +21,7 @@ clock than the other. Short interleaved samples hide that (both paths run at the
 mix), and a denoising loop does not: on the H200 at 9728 tokens (FLUX at 1536x1536) the kernel
 measured 0.95x SDPA in 2 ms samples, 1.05-1.11x in blocks of 120-300 ms and 1.07x inside a
 FLUX-like block loop of matmuls and attention. So a shape whose short result lies near 1 (the
-sustained band) is decided by a second, sustained stage: paired blocks of each path alone, a
+sustained band) is decided by a second, sustained stage: paired blocks of each path alone,
 0.16 s each, timed after their first 80 ms, when the clock has followed the kernel.
 
 Each CUDA sample starts behind a short GPU spin as long as the host needs to issue one call, so
