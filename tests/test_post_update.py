@@ -173,6 +173,18 @@ def launcher_upgrade(app: App) -> None:
     assert version.stdout.strip() == "2.13.0+cu130"
 
 
+
+def post_update_from_served_source(
+        app: App) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """`post-update --yes --quick` with the pinned source archive served on 127.0.0.1; the
+    finished process and the paths the server was asked for."""
+    with serving() as site:
+        site.routes["/SageAttention.tar.gz"] = source_archive(app.root)
+        done = run_cli(["post-update", "--python", str(app.python), "--yes", "--quick",
+                        "--source-url", site.url("/SageAttention.tar.gz")], app.env,
+                       timeout=600)
+        return done, list(site.requests)
+
 def test_a_torch_upgrade_is_noticed_repaired_from_the_pinned_source_and_verified(
         app: App) -> None:
     verify_and_enable(app)
@@ -186,14 +198,10 @@ def test_a_torch_upgrade_is_noticed_repaired_from_the_pinned_source_and_verified
     assert "torch, triton changed since the last verify" in lines[0]
     assert f"`sagedoctor post-update --venv {app.root / '.venv'}`" in lines[0]
 
-    with serving() as site:
-        site.routes["/SageAttention.tar.gz"] = source_archive(app.root)
-        done = run_cli(["post-update", "--python", str(app.python), "--yes", "--quick",
-                        "--source-url", site.url("/SageAttention.tar.gz")], app.env,
-                       timeout=600)
-        out = done.stdout
-        assert done.returncode == 0, out + done.stderr
-        assert site.requests == ["/SageAttention.tar.gz"]
+    done, requests = post_update_from_served_source(app)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert requests == ["/SageAttention.tar.gz"]
     assert "torch 2.10.0 -> 2.13.0" in out and "triton 3.6.0 -> 3.7.0" in out
     assert "built for the old torch and no longer works" in out
     assert "Build SageAttention from source" in out and "d1a57a5" in out
@@ -324,11 +332,7 @@ def test_a_wrong_build_put_in_by_hand_is_found_and_replaced_by_the_pinned_source
     verify_and_enable(app)
     wrong = sage_wheel(app.root / "by hand", "2.2.0", kernel=SAGE_GARBAGE)
     Installer.for_target(app.python).install([str(wrong)])
-    with serving() as site:
-        site.routes["/SageAttention.tar.gz"] = source_archive(app.root)
-        done = run_cli(["post-update", "--python", str(app.python), "--yes", "--quick",
-                        "--source-url", site.url("/SageAttention.tar.gz")], app.env,
-                       timeout=600)
+    done, _ = post_update_from_served_source(app)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert out.startswith("sagedoctor: sageattention rewritten since the last verify")
