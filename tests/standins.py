@@ -148,6 +148,9 @@ def clean_env(tmp_path: Path, path_prefix: Path | None = None) -> dict[str, str]
            and not k.startswith("XDG_")}  # config, state and logs go under HOME
     env["HOME"] = str(tmp_path / "home")
     env["SAGEDOCTOR_SKIP_NVML"] = "1"
+    # A target venv that borrows a CUDA torch must not see the host's GPU either: on the GPU
+    # machine `verify` would otherwise time the real GPU, and "no GPU" tests would see one.
+    env["CUDA_VISIBLE_DEVICES"] = ""
     # An empty host tree: the host's own /proc/driver/nvidia and /usr/local/cuda stay out.
     host = tmp_path / "host root"
     host.mkdir(exist_ok=True)
