@@ -70,6 +70,10 @@ class MeasureSettings:
     sustain_max_rounds: int = 8
     sustain_max_inner: int = 20_000
 
+    def for_device(self, device_type: str) -> MeasureSettings:
+        """Only a GPU clocks each kernel by its power draw: elsewhere no sustained stage."""
+        return self if device_type == "cuda" else replace(self, sustain_s=0.0)
+
     def with_env(self, environ: Any = None) -> MeasureSettings:
         """SAGEDOCTOR_ROUTE_MARGIN (a speed-up such as 1.05) overrides the margin."""
         raw = (os.environ if environ is None else environ).get(MARGIN_ENV, "")

@@ -15,7 +15,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any
 
 from .accuracy import Comparison, Thresholds, compare
@@ -430,9 +429,7 @@ class Router:
 
         started = time.perf_counter()
         try:
-            settings = self.live_settings
-            if getattr(q.device, "type", "cuda") != "cuda":  # no power limit to follow
-                settings = replace(settings, sustain_s=0.0)
+            settings = self.live_settings.for_device(getattr(q.device, "type", "cuda"))
             return measure_pair(run_kernel, run_sdpa, self.timer_for(q), settings)
         except Exception as exc:  # a kernel that fails while timed is not used for the shape
             self._log_once(f"measure:{spec.name}", logging.WARNING,

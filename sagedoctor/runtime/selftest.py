@@ -18,7 +18,6 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -157,7 +156,8 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "thresholds": {"min_cosine": thresholds.min_cosine, "max_rel_l2": thresholds.max_rel_l2},
-        "measure": {"method": "cuda-events behind a host-lead spin, paired rounds",
+        "measure": {"method": "cuda-events behind a host-lead spin, paired rounds; sustained "
+                              "blocks decide results in the sustain band",
                     "margin": settings.margin, "rounds": settings.rounds,
                     "max_rounds": settings.max_rounds, "quick": quick,
                     "sustain_band": list(settings.sustain_band),
@@ -232,7 +232,7 @@ def _cpu_entry(torch: Any, thresholds: Thresholds, sdpa: Callable[..., Any],
     device = torch.device("cpu")
     registry = _cpu_registry()
     timer = perf_counter_timer(lambda: None)
-    settings = replace(settings, sustain_s=0.0)  # no power limit to follow on the CPU
+    settings = settings.for_device("cpu")
     gpu: dict[str, Any] = {"index": 0, "name": "cpu", "arch": "0.0", "uuid": None, "keys": []}
     for dtype_name in dtypes:
         for d in head_dims:
