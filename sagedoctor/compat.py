@@ -105,8 +105,11 @@ class SageBuild:
     post: int | None
 
 
+# The fork's "cu130torch2.10.0andhigher.post6", Astral's older "cu12.8torch2.10.0cxx11abitrue"
+# and its current "cu.12.8.torch.2.10" (patch-local-version.patch since 2026-01-23).
 _SAGE_LOCAL = re.compile(
-    r"cu(?P<maj>\d{2})\.?(?P<min>\d)torch(?P<torch>\d+\.\d+(?:\.\d+)?)(?P<andhigher>andhigher)?"
+    r"cu\.?(?P<maj>\d{2})\.?(?P<min>\d)\.?torch\.?(?P<torch>\d+\.\d+(?:\.\d+)?)"
+    r"(?P<andhigher>andhigher)?"
 )
 
 

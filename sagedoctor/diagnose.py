@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from packaging.version import Version
 
-from . import compat
+from . import compat, rules
 from .areas import AREAS
 from .facts import (
     Facts,
@@ -95,24 +95,10 @@ def uninstall_command(target: TargetFacts, os_name: str, names: str) -> str:
     return f"{installer_command(target, os_name, 'uninstall')} {names}"
 
 
-TORCH_INDEX = "https://download.pytorch.org/whl"
-
-
 def torch_index_url(build: compat.TorchBuild) -> str | None:
-    """The PyTorch index serving this build: +cu128 -> .../whl/cu128, +rocm7.1 -> .../rocm7.1."""
-    parsed = compat.parse_version(build.label)
-    local = (parsed.local or "") if parsed else ""
-    if local.startswith(("cu", "rocm", "cpu", "xpu")):
-        return f"{TORCH_INDEX}/{local}"
-    if local:
-        return None  # a vendor's own build (Jetson's +nv24.08): no PyTorch index has it
-    if build.kind == "cuda" and build.cuda:
-        release = compat.parse_version(build.cuda)
-        if release is not None and len(release.release) >= 2:
-            return f"{TORCH_INDEX}/cu{release.release[0]}{release.release[1]}"
-    if build.kind == "cpu":
-        return f"{TORCH_INDEX}/cpu"
-    return None
+    """The PyTorch index serving this build (+cu128 -> .../whl/cu128), where the CUDA matrix
+    says that torch version has it."""
+    return rules.torch_index_url(build, build.label)
 
 
 def torch_fix(target: TargetFacts, os_name: str, requirement: str, index_url: str,
@@ -141,7 +127,7 @@ def linux_triton_fix(target: TargetFacts, want: str | None) -> str:
     index brings that triton back without changing torch."""
     assert target.torch is not None
     build = torch_build_of(target.torch)
-    url = torch_index_url(build)
+    url = rules.torch_index_url(build, target.torch.version)
     if url is None:
         spec = f'"triton=={want}.*"' if want else "triton"
         return f"{installer_command(target, 'linux', 'install')} {spec}"
@@ -203,7 +189,9 @@ def check_gpu(gpu: GpuFacts, os_name: str, target: TargetFacts | None) -> list[F
                                fatal=not usable))
         elif cc == (7, 5):
             if os_name == "windows":
-                out.append(finding("SD113", "warn", f"{gpu_label(g)}: Triton kernels only"))
+                out.append(finding("SD113", "warn", f"{gpu_label(g)}: Triton kernels only",
+                                   "Nothing to install for the GPU itself: the Triton finding "
+                                   "names the triton-windows that serves it with this torch."))
             else:
                 out.append(finding("SD113", "warn" if usable else "error",
                                    f"{gpu_label(g)}: upstream Linux builds reject sm75{unused}",
@@ -234,10 +222,32 @@ def check_gpu(gpu: GpuFacts, os_name: str, target: TargetFacts | None) -> list[F
                     "SD120", "error",
                     f"torch {build.label} is built for CUDA {build.cuda} and needs driver "
                     f"{minimum} or newer; you have {gpu.driver_version}",
-                    f"Update the NVIDIA driver to {minimum} or newer (or install a torch built "
-                    f"for CUDA {major - 1}.x).",
+                    _driver_fix(target, gpu, os_name, minimum) if target else None,
                 ))
     return out
+
+
+def _driver_majors(driver: str | None, os_name: str) -> set[int] | None:
+    """CUDA majors this driver runs (None: the driver version is unknown)."""
+    if driver is None:
+        return None
+    return {major for major in (11, 12, 13)
+            if (need := compat.min_driver_for_cuda(major, os_name))
+            and compat.driver_satisfies(driver, need)}
+
+
+def _driver_fix(target: TargetFacts, gpu: GpuFacts, os_name: str, minimum: str) -> str:
+    """Update the driver, or the same torch built for a CUDA this driver runs (the matrix's)."""
+    assert target.torch is not None
+    update = f"Update the NVIDIA driver to {minimum} or newer"
+    ccs = [g.compute_capability for g in gpu.nvidia if g.compute_capability]
+    variant = rules.pick_variant(target.torch.version, ccs,
+                                 _driver_majors(gpu.driver_version, os_name))
+    public = _public_version(target.torch.version) or target.torch.version
+    if variant is None:
+        return f"{update}: no torch {public} build runs on driver {gpu.driver_version}."
+    return (f"{update}, or install torch {public} built for CUDA {variant.cuda}: "
+            + torch_fix(target, os_name, f"torch=={public}", variant.index_url, force=True))
 
 
 # --- the target interpreter ----------------------------------------------------------------
@@ -266,14 +276,46 @@ def check_python(target: TargetFacts, os_name: str) -> list[Finding]:
     return out
 
 
-def cuda_index_for_torch(torch_version: str, old_gpu: bool) -> str:
-    minor = compat.minor_of(torch_version) or (0, 0)
-    if old_gpu or minor <= (2, 6):
-        return "cu126" if minor >= (2, 6) else "cu124"
-    return "cu128"
+def torch_kernel_findings(target: TargetFacts, gpus: Iterable[Gpu], os_name: str,
+                          all_gpus: Iterable[Gpu] = (), machine: str = "x86_64"
+                          ) -> list[Finding]:
+    """SD144 for each GPU this torch CUDA build has no kernels for, with the one build of the
+    same torch (PyTorch's CUDA matrix) that serves them all; `check` and `plan` both ask."""
+    torch = target.torch
+    if torch is None:
+        return []
+    build = torch_build_of(torch)
+    if build.kind != "cuda":
+        return []
+    lacking = [g for g in gpus if g.compute_capability
+               and not rules.build_serves(build, torch.version, g.compute_capability, machine)]
+    if not lacking:
+        return []
+    public = _public_version(torch.version) or torch.version
+    everyone = [g.compute_capability for g in (*all_gpus, *lacking) if g.compute_capability]
+    variant = None if machine != "x86_64" else (
+        rules.pick_variant(torch.version, everyone)
+        or rules.pick_variant(torch.version, [g.compute_capability or "" for g in lacking]))
+    if variant is not None:
+        fix = torch_fix(target, os_name, f"torch=={public}", variant.index_url, force=True)
+    else:
+        newest = rules.newest_torch_serving([g.compute_capability or "" for g in lacking]) \
+            if machine == "x86_64" else None
+        fix = (f"No torch {public} build has kernels for it; torch {newest[0]} ({newest[1].label})"
+               f" is the newest that does: "
+               + torch_fix(target, os_name, f"torch=={newest[0]}.*", newest[1].index_url,
+                           force=True) if newest else
+               "Install a torch build for this GPU (see https://pytorch.org/get-started/), or "
+               "use a GPU this torch serves.")
+    variant_now = rules.variant_of(build, torch.version) if machine == "x86_64" else None
+    covers = (f" (its kernels: sm{', sm'.join(a.replace('.', '') for a in variant_now.archs)})"
+              if variant_now else "")
+    return [finding("SD144", "error", f"torch {build.label} (CUDA {build.cuda}){covers} has no "
+                    f"kernels for {gpu_label(g)}", fix) for g in lacking]
 
 
-def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list[Finding]:
+def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
+                machine: str = "x86_64") -> list[Finding]:
     torch = target.torch
     if torch is None:
         return [finding("SD141", "error", f"no torch in {target.prefix}")]
@@ -282,40 +324,68 @@ def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list
     out: list[Finding] = []
     public = compat.parse_version(torch.version)
     public_text = public.public if public else torch.version
-    oldest = min((compat.cc_tuple(g.compute_capability) or (99, 0) for g in nvidia),
-                 default=(99, 0))
     if build.kind == "cpu":
         if nvidia:
-            index = cuda_index_for_torch(torch.version, oldest < (7, 5))
-            out.append(finding(
-                "SD142", "error", f"torch {build.label} has no CUDA",
-                torch_fix(target, os_name, f"torch=={public_text}", f"{TORCH_INDEX}/{index}",
-                          force=True),
-            ))
+            ccs = [g.compute_capability for g in nvidia if g.compute_capability]
+            variant = (rules.pick_variant(torch.version, ccs, _driver_majors(
+                gpu.driver_version if gpu else None, os_name)) or rules.pick_variant(
+                    torch.version, ccs))
+            fix = (torch_fix(target, os_name, f"torch=={public_text}", variant.index_url,
+                             force=True) if variant else
+                   f"Reinstall a CUDA build of torch {public_text} (sagedoctor does not know "
+                   "which CUDA builds that torch has: see https://pytorch.org/get-started/)")
+            out.append(finding("SD142", "error", f"torch {build.label} has no CUDA", fix))
     elif build.kind != "cuda":
         out.append(finding("SD143", "error", f"torch {build.label}"))
     if public is not None and public.release[:2] < (2, 4):
         out.append(finding("SD145", "error", f"torch {public_text} is older than 2.4"))
-    if build.kind == "cuda":
-        floor = compat.torch_min_cc(build.cuda)
-        too_old = [g for g in nvidia
-                   if floor and (compat.cc_tuple(g.compute_capability) or (99, 0)) < floor]
-        for g in too_old:
-            out.append(finding(
-                "SD144", "error",
-                f"torch {build.label} (CUDA {build.cuda}) has no kernels for {gpu_label(g)}",
-                torch_fix(target, os_name, f"torch=={public_text}", f"{TORCH_INDEX}/cu126",
-                          force=True),
-            ))
+    out += torch_kernel_findings(target, nvidia, os_name, machine=machine)
     cuda = f"CUDA {build.cuda}" if build.cuda else build.kind.upper()
     out.insert(0, finding("SD140", "ok", f"torch {build.label} ({cuda})"))
     return out
 
 
+def triton_problems(target: TargetFacts, gpus: list[Gpu], os_name: str,
+                    triton_rules: TritonRules) -> tuple[rules.TritonRequirement | None,
+                                                       list[Finding]]:
+    """The Triton requirement of this torch here and what the venv lacks against it: the one
+    answer `check` reports and `plan` installs (or stops at)."""
+    torch = target.torch
+    if torch is None or torch_build_of(torch).kind != "cuda":
+        return None, []
+    req = rules.triton_requirement(torch, gpus, os_name, triton_rules)
+    if req.blocked and req.blocked_code != "SD202":
+        return req, [finding(req.blocked_code or "SD202", "error", req.blocked, req.blocked_fix)]
+    label = torch_build_of(torch).label
+    windows = os_name == "windows"
+    have_text = target.triton_windows if windows else target.triton
+    package = req.package
+    pip = installer_command(target, os_name, "install")
+    want = f"{req.minor[0]}.{req.minor[1]}" if req.minor else None
+    fix = f'{pip} "{req.requirement or package}"' if windows else linux_triton_fix(target, want)
+    out = []
+    if have_text is None:
+        out.append(finding("SD151", "error", f"no {package} in {target.prefix}", fix))
+    elif (req.spec is not None or req.minor is not None) and not req.satisfied_by(have_text):
+        have = compat.minor_of(have_text)
+        turing = [g for g in gpus if g.compute_capability == "7.5"]
+        need = req.requirement or f"Triton {want}"
+        if windows and turing and not req.turing_left_out and have and have >= (3, 3):
+            out.append(finding("SD154", "error", f"{gpu_label(turing[0])} with {package} "
+                               f"{have_text}; torch {label} needs {need}", fix))
+        else:
+            out.append(finding("SD152", "error", f"torch {label} needs {need}; you have "
+                               f"{package} {have_text}", fix))
+    for g in req.turing_left_out:
+        out.append(finding("SD148", "warn", f"{gpu_label(g)}: torch {label} needs "
+                           f"{req.requirement}, and Triton dropped Turing in 3.3; this GPU "
+                           "stays on PyTorch attention"))
+    return req, out
+
+
 def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
                  rules: TritonRules) -> list[Finding]:
     out: list[Finding] = []
-    pip = installer_command(target, os_name, "install")
     if os_name == "windows" and target.triton:
         out.append(finding("SD153", "error", f"triton {target.triton} is installed",
                            uninstall_command(target, os_name, "triton")))
@@ -326,29 +396,20 @@ def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
     if build.kind != "cuda":
         return [finding("SD150", "info", f"not matched: torch {build.label} is not a CUDA build"),
                 *out]
-    pair = rules.pair_for(torch.version)
-    want = (pair.windows_minor if os_name == "windows" else pair.linux) if pair else None
-    have_text = target.triton_windows if os_name == "windows" else target.triton
-    package = rules.windows_package if os_name == "windows" else "triton"
-    spec = (f"{package}>={want[0]}.{want[1]},<{want[0]}.{want[1] + 1}" if want else package)
-    fix = (f'{pip} "{spec}"' if os_name == "windows"
-           else linux_triton_fix(target, f"{want[0]}.{want[1]}" if want else None))
-    if have_text is None:
-        out.append(finding("SD151", "error", f"no {package} in {target.prefix}", fix))
+    gpus = usable_gpus(gpu.nvidia if gpu else (), os_name)
+    req, problems = triton_problems(target, gpus, os_name, rules)
+    out += problems
+    if any(f.code == "SD151" for f in problems):
         return out
-    have = compat.minor_of(have_text)
-    if want and have != want:
-        out.append(finding(
-            "SD152", "error",
-            f"torch {build.label} needs Triton {want[0]}.{want[1]}; you have {package} {have_text}",
-            fix,
-        ))
-    turing = [g for g in (gpu.nvidia if gpu else ()) if g.compute_capability == "7.5"]
-    if os_name == "windows" and turing and have and have >= (3, 3):
-        out.append(finding("SD154", "warn", f"{gpu_label(turing[0])} with {package} {have_text}",
-                           f'{pip} "triton-windows<3.3"'))
-    note = "" if want else f" (no known Triton pairing for torch {torch.version})"
-    out.insert(0, finding("SD150", "ok", f"{package} {have_text}{note}"))
+    package = req.package if req else "triton"
+    have_text = target.triton_windows if os_name == "windows" else target.triton
+    if req is None or req.source == "unknown":
+        note = f" (no known Triton pairing for torch {torch.version})"
+    elif req.source != "index" and os_name == "windows" and req.spec is not None:
+        note = f" (derived from torch's own pin: {req.requirement})"
+    else:
+        note = ""
+    out.insert(0, finding("SD150", "ok", f"{package} {have_text or 'not installed'}{note}"))
     return out
 
 
@@ -582,7 +643,8 @@ def diagnose(facts: Facts, index: WheelIndex | None = None) -> list[Finding]:
     sage: list[Finding] = []
     if facts.target:
         out += check_python(facts.target, os_name)
-        out += check_torch(facts.target, facts.gpu, os_name)
+        out += check_torch(facts.target, facts.gpu, os_name,
+                           facts.system.machine if facts.system else "x86_64")
         out += check_triton(facts.target, facts.gpu, os_name, index.triton)
         sage = check_sageattention(facts.target, facts.gpu, os_name)
         sage += check_verification(facts, os_name)

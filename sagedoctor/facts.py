@@ -18,7 +18,9 @@ from typing import Any, TypeVar, Union
 
 from .errors import FactsFileError
 
-FACTS_SCHEMA_VERSION = 1
+FACTS_SCHEMA_VERSION = 2
+# Version 1 lacks what version 2 added (torch's triton pin and C++ standard); it still loads.
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,9 @@ class TorchFacts:
     full_version: str | None  # torch/version.py __version__, e.g. "2.11.0+cu130"
     cuda: str | None  # "13.0"; None on CPU and ROCm builds
     hip: str | None
+    # v2: torch's METADATA `Requires-Dist: triton...` specifier ("~=3.8.0"), on every platform
+    triton_pin: str | None = None
+    cxx_standard: int | None = None  # v2: the C++ standard ATen.h's #error guard demands
 
 
 @dataclass(frozen=True)
@@ -207,10 +212,10 @@ def facts_from_dict(data: object, source: str = "<facts>") -> Facts:
     if not isinstance(data, dict):
         raise FactsFileError(source, "the top level must be a JSON object")
     version = data.get("schema_version")
-    if version != FACTS_SCHEMA_VERSION:
+    if isinstance(version, bool) or version not in READABLE_SCHEMA_VERSIONS:
         raise FactsFileError(
-            source, f"schema_version {version!r} is not supported (expected {FACTS_SCHEMA_VERSION})"
-        )
+            source, f"schema_version {version!r} is not supported (expected "
+            f"{' or '.join(map(str, READABLE_SCHEMA_VERSIONS))})")
     facts: Facts = _from_jsonable(Facts, data, "facts", source)
     return facts
 

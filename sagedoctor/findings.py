@@ -104,6 +104,21 @@ _KINDS = [
                 "SageAttention 2 needs torch 2.4 or newer (custom ops; Windows wheels start at "
                 "2.5).",
                 "Upgrade torch in the app's own way (its installer or lock file)."),
+    FindingKind("SD146", "triton", "No Triton serves Turing with this torch",
+                "An RTX 20xx (sm75) runs SageAttention only through Triton, and Triton dropped "
+                "Turing in 3.3; torch 2.7 and newer need Triton 3.3 or newer. On Windows no "
+                "triton-windows serves both.",
+                "Use a torch 2.6 line (triton-windows 3.2) for this GPU, or an RTX 30xx or "
+                "newer GPU."),
+    FindingKind("SD147", "triton", "No triton-windows for this torch yet",
+                "torch names the Triton minor it was built against; triton-windows has not "
+                "released that minor yet, so nothing can be installed for this torch.",
+                "Keep the newest torch the message names until triton-windows catches up, then "
+                "`sagedoctor index refresh`."),
+    FindingKind("SD148", "triton", "Turing GPU left out by this torch's Triton",
+                "Beside newer GPUs, an RTX 20xx (sm75) cannot run the Triton this torch needs "
+                "(Triton dropped Turing in 3.3); it stays on PyTorch attention.",
+                "Nothing to do for the other GPUs; for this one, a torch 2.6 line."),
     FindingKind("SD150", "triton", "Triton", "The Triton package that serves torch.", ""),
     FindingKind("SD151", "triton", "Triton missing",
                 "`import sageattention` imports triton. On Linux torch pins triton itself; on "
@@ -231,6 +246,11 @@ _KINDS = [
     FindingKind("SD202", "triton", "No known triton-windows for this torch",
                 "The index has no triton-windows pairing for this torch minor.",
                 "Run `sagedoctor index refresh`, or pass an index that pairs it with --index."),
+    FindingKind("SD206", "toolchain", "Compiler cannot build for this torch's C++ standard",
+                "torch 2.14 and newer require C++20 in their headers (ATen.h stops with "
+                "'#error C++20 or later compatible compiler is required'); gcc needs 10 or "
+                "newer and nvcc 12.0 or newer for that.",
+                "Install gcc 10 or newer (and a CUDA 12+ toolkit), then run again."),
     FindingKind("SD203", "sageattention", "GPU needs a source build on Windows",
                 "The Windows wheels carry no kernels for this GPU (sm100 and sm121 are not "
                 "bundled; sm120 needs a CUDA 12.8 or newer wheel).",

@@ -64,6 +64,8 @@ class TritonRules:
     turing_spec: SpecifierSet
     windows_unknown: tuple[tuple[int, int], ...]
     pairs: tuple[TritonPair, ...]
+    # triton-windows minors released on PyPI; a derived pairing must name one of them
+    windows_releases: tuple[tuple[int, int], ...] = ()
 
     def pair_for(self, torch_version: str) -> TritonPair | None:
         minor = compat.minor_of(torch_version)
@@ -122,9 +124,14 @@ class LinuxIndex:
     source_ref: str = ""
     broken_archs: tuple[str, ...] = ()
     builder: str | None = None  # the build recipe (workflow) that makes these wheels
+    archs: tuple[str, ...] = ()  # TORCH_CUDA_ARCH_LIST of its builds; empty: not recorded
 
     def broken_on(self, archs: list[str]) -> list[str]:
         return [cc for cc in archs if cc in self.broken_archs]
+
+    def missing_for(self, archs: list[str]) -> list[str]:
+        """GPUs its builds carry no kernels for (upstream builds a module per exact arch)."""
+        return [cc for cc in archs if self.archs and cc not in self.archs]
 
     def version_for(self, torch_version: str) -> str | None:
         minor = compat.minor_of(torch_version)
@@ -261,6 +268,8 @@ def _triton(table: TomlTable) -> TritonRules:
         windows_unknown=tuple(_minor(table, "windows_unknown", v)
                               for v in table.texts("windows_unknown", required=False)),
         pairs=tuple(pairs),
+        windows_releases=tuple(_minor(table, "windows_releases", v)
+                               for v in table.texts("windows_releases", required=False)),
     )
     table.done()
     return rules
@@ -370,6 +379,7 @@ def _linux_index(row: TomlTable) -> LinuxIndex:
         source_ref=row.text("source_ref"),
         broken_archs=_cc(row, "broken_archs", row.texts("broken_archs")),
         builder=row.text("builder", required=False),
+        archs=_cc(row, "archs", row.texts("archs", required=False)),
     )
     if entry.builder is not None:
         _https(row, "builder", entry.builder)
@@ -377,9 +387,11 @@ def _linux_index(row: TomlTable) -> LinuxIndex:
         raise row.fail(f"bad source_ref {entry.source_ref!r}")
     _minor(row, "cuda", entry.cuda)
     try:
-        Version(entry.version.format(cuda="12.8", torch="2.10"))
+        made = Version(entry.version.format(cuda="12.8", torch="2.10"))
     except (KeyError, IndexError, ValueError, AttributeError, TypeError):  # "{cuda.real}"
         raise row.fail(f"'version' template {entry.version!r} does not make a version") from None
+    if compat.parse_sage_local(str(made)) is None:
+        raise row.fail(f"'version' template {entry.version!r} makes no cuXYtorchA.B label")
     row.done()
     return entry
 

@@ -177,7 +177,9 @@ def dump_index(index: WheelIndex, updated: str) -> str:
              "schema_version = 1", "", "[meta]", f"updated = {_q(updated)}", "", "[triton]",
              f"windows_package = {_q(index.triton.windows_package)}",
              f"turing_spec = {_q(spec_text(index.triton.turing_spec))}",
-             "windows_unknown = " + _list([f"{a}.{b}" for a, b in index.triton.windows_unknown])]
+             "windows_unknown = " + _list([f"{a}.{b}" for a, b in index.triton.windows_unknown]),
+             "windows_releases = " + _list([f"{a}.{b}" for a, b in
+                                            index.triton.windows_releases])]
     for pair in index.triton.pairs:
         lines += ["", "[[triton.pairs]]", f"torch = {_q(f'{pair.torch[0]}.{pair.torch[1]}')}"]
         if pair.windows is not None:
@@ -221,6 +223,8 @@ def dump_index(index: WheelIndex, updated: str) -> str:
                   f"broken_archs = {_list(entry.broken_archs)}"]
         if entry.builder:
             lines.append(f"builder = {_q(entry.builder)}")
+        if entry.archs:
+            lines.append(f"archs = {_list(entry.archs)}")
     return "\n".join(lines) + "\n"
 
 

@@ -12,12 +12,15 @@ from packaging.tags import cpython_tags
 from packaging.version import Version
 
 from . import __version__, compat
+from . import rules as compat_rules
 from .diagnose import (
     diagnose,
     gpu_label,
-    linux_triton_fix,
     recorded_wrong_sageattn,
     torch_build_of,
+    torch_fix,
+    torch_kernel_findings,
+    triton_problems,
     usable_gpus,
 )
 from .facts import Facts, Gpu, TargetFacts
@@ -64,6 +67,9 @@ class BuildSettings:
     nvcc_threads: int
     build_requires: tuple[str, ...]  # installed into a private folder, not the venv
     source_sha256: str | None = None  # the archive's digest, where the index knows it
+    # The C++ standard torch's headers demand: the build's temporary copy of setup.py gets
+    # its -std= flags raised to it (source_build.patch_cxx_standard); None: left as it is.
+    cxx_standard: int | None = None
 
     @property
     def env(self) -> tuple[tuple[str, str], ...]:
@@ -251,6 +257,28 @@ def _pick_windows_wheel(index: WheelIndex, target: TargetFacts, torch_cuda: str,
     return (max(candidates, key=rank) if candidates else None), why_not
 
 
+def _other_cuda_fix(index: WheelIndex, target: TargetFacts, gpus: list[Gpu]) -> str | None:
+    """Where the fork has wheels for this torch, but for another CUDA major: the build of the
+    same torch (PyTorch's CUDA matrix) whose CUDA the wheels serve."""
+    assert target.torch is not None
+    public = _public(target.torch.version)
+    tags = _tags(target)
+    majors = {w.cuda_major for w in index.windows_wheels
+              if w.torch.contains(public, prereleases=True) and wheel_supported_by(w, tags)
+              and not w.problems}
+    release = compat_rules.torch_release(public)
+    if not majors or release is None:
+        return None
+    ccs = [g.compute_capability or "" for g in gpus]
+    for variant in sorted(release.variants, key=lambda v: Version(v.cuda), reverse=True):
+        if variant.cuda_major in majors and all(variant.serves(cc) for cc in ccs):
+            return (f"The fork's wheels for torch {public} are built for CUDA "
+                    f"{', '.join(map(str, sorted(majors)))}: "
+                    + torch_fix(target, "windows", f"torch=={public}", variant.index_url,
+                                force=True))
+    return None
+
+
 def _windows_archs(index: WheelIndex, wheel_cuda: str) -> set[str]:
     archs = set(index.windows_archs)
     if Version(wheel_cuda) >= Version("12.8"):
@@ -277,27 +305,24 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
             "uninstall", f"Uninstall triton {target.triton}",
             "plain `triton` has no Windows support and shadows triton-windows",
             distributions=("triton",)))
-    pair = rules.pair_for(target.torch.version)
-    minor = compat.minor_of(target.torch.version)
-    if pair is None or pair.windows is None or minor in rules.windows_unknown:
+    # The same requirement `check` names in its fix (diagnose.triton_problems).
+    req, problems = triton_problems(target, gpus, "windows", rules)
+    if req is None or (req.blocked and req.blocked_code == "SD202"):
         return steps, notes, [finding(
             "SD202", "error", f"torch {torch_label}: no triton-windows pairing in {index.source}")]
-    turing = [g for g in gpus if g.compute_capability == "7.5"]
-    if turing:
-        spec = rules.turing_spec
-        triton_reason = (f"{gpu_label(turing[0])}: Triton dropped Turing in 3.3; with torch "
-                         f"{torch_label} this pairing is not guaranteed")
-    else:
-        spec = pair.windows
-        triton_reason = f"torch {torch_label} works with Triton {spec_text(spec)}"
-    requirement = f"{rules.windows_package}{spec_text(spec)}"
+    if req.blocked or req.spec is None:
+        return steps, notes, [f for f in problems if f.code in ("SD146", "SD147")]
+    for g in req.turing_left_out:
+        notes.append(f"{gpu_label(g)} cannot run Triton {spec_text(req.spec)} (Triton dropped "
+                     "Turing in 3.3): it stays on PyTorch attention")
+    requirement = req.requirement or ""
     have = target.triton_windows
-    if have is None or not spec.contains(have, prereleases=True) or plain_triton:
+    if not req.satisfied_by(have) or plain_triton:
         why = ("; reinstalled because removing triton deletes its files" if plain_triton
                and have else "")
         now = f"you have {have}" if have else "none installed"
         steps.append(Step("install", f"Install {requirement}",
-                          f"{triton_reason} ({now}){why}",
+                          f"{req.reason} ({now}){why}",
                           distributions=(rules.windows_package,), requirement=requirement))
 
     # SageAttention: one wheel from the fork's releases, installed with --no-deps.
@@ -305,7 +330,8 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
     if wheel is None:
         detail = (f"torch {torch_label} (CUDA {build.cuda}), Python {target.python_version}"
                   + (f"; {'; '.join(why_not)}" if why_not else ""))
-        return steps, notes, [finding("SD201", "error", detail)]
+        return steps, notes, [finding("SD201", "error", detail,
+                                      _other_cuda_fix(index, target, gpus))]
     covered = _windows_archs(index, wheel.cuda)
     served = [g for g in gpus if g.compute_capability in covered]
     for g in _nvidia(facts):
@@ -417,6 +443,16 @@ def _toolchain_blockers(facts: Facts, index: WheelIndex, archs: list[str],
     return out
 
 
+def _cxx_blockers(facts: Facts, standard: int, why: str) -> list[Finding]:
+    """Before minutes of nvcc: can this gcc and nvcc compile the standard torch demands?"""
+    tool = facts.toolchain
+    if tool is None:
+        return []
+    problems = compat_rules.cxx_toolchain_problems(standard, tool.gcc_version,
+                                                   tool.nvcc_version)
+    return [finding("SD206", "error", f"C++{standard} ({why}): {p}") for p in problems]
+
+
 def _matching_linux_index(index: WheelIndex, torch_version: str, torch_cuda: str,
                           archs: list[str] | None = None,
                           notes: list[str] | None = None) -> LinuxIndex | None:
@@ -433,6 +469,13 @@ def _matching_linux_index(index: WheelIndex, torch_version: str, torch_cuda: str
                                  f"broken on sm{', sm'.join(b.replace('.', '') for b in broken)}"
                                  ": building the pinned commit instead")
                 continue
+            missing = entry.missing_for(archs or [])
+            if missing:
+                if notes is not None:
+                    notes.append(f"{entry.name}'s {entry.url} builds carry no kernels for "
+                                 f"sm{', sm'.join(m.replace('.', '') for m in missing)} "
+                                 f"(built for {', '.join(entry.archs)}): building instead")
+                continue
             return entry
     return None
 
@@ -443,15 +486,10 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
     steps: list[Step] = []
     notes: list[str] = []
     build = torch_build_of(target.torch)
-    pair = index.triton.pair_for(target.torch.version)
-    have_triton = compat.minor_of(target.triton)
-    if pair is not None and pair.linux is not None and have_triton != pair.linux:
-        want = f"{pair.linux[0]}.{pair.linux[1]}"
-        have = f"triton {target.triton}" if target.triton else "no triton"
-        return steps, notes, [finding(
-            "SD152" if target.triton else "SD151", "error",
-            f"torch {build.label} pins Triton {want}; the venv has {have}",
-            linux_triton_fix(target, want))]
+    # The same findings `check` reports (diagnose.triton_problems): torch pins its triton.
+    _req, problems = triton_problems(target, gpus, "linux", index.triton)
+    if problems:
+        return steps, notes, problems
     wrong = recorded_wrong_sageattn(facts)
     if wrong:
         notes.append("verify found `sageattn()` wrong on "
@@ -470,6 +508,8 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
         return steps, notes, [finding("SD205", "error",
                                       "; ".join(gpu_label(g) for g in gpus) or "no NVIDIA GPU")]
     blockers = _toolchain_blockers(facts, index, archs, build.cuda_major)
+    standard, standard_why = compat_rules.cxx_standard_for(target.torch)
+    blockers += _cxx_blockers(facts, standard, standard_why)
     system = facts.system
     jobs, ext, threads, parallel_why = build_parallelism(
         system.cpu_count, system.memory_gib, len(archs), index.build.gib_per_nvcc_thread,
@@ -480,7 +520,8 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
         source=source, commit=None if options.source_dir else index.build.commit,
         arch_list=";".join(archs), cuda_home=cuda_home, max_jobs=jobs, ext_parallel=ext,
         nvcc_threads=threads, build_requires=index.build.build_requires,
-        source_sha256=None if options.source_dir else index.build.archive_sha256)
+        source_sha256=None if options.source_dir else index.build.archive_sha256,
+        cxx_standard=standard if standard > 17 else None)
     arch_why = (f"TORCH_CUDA_ARCH_LIST={settings.arch_list}: "
                 + ", ".join(gpu_label(g) for g in gpus if g.compute_capability in archs))
     if options.source_dir:
@@ -489,8 +530,10 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
         rejected = "; ".join(f"not {r.ref}: {r.reason}" for r in index.build.rejected)
         origin = (f"upstream {index.build.repository} at {index.build.commit[:7]}"
                   + (f" ({rejected})" if rejected else ""))
+    cxx_why = (f" C++{standard} ({standard_why}): the build's copy of setup.py gets -std=c++"
+               f"{standard}." if settings.cxx_standard else "")
     build_reason = (f"no Linux wheel from the fork; build {origin}. {arch_why}. {parallel_why}. "
-                    f"CUDA_HOME={cuda_home}")
+                    f"CUDA_HOME={cuda_home}.{cxx_why}")
     replaces = (f"; replaces {target.sageattention.version}"
                 if target.sageattention is not None and target.sageattention.version[:1] == "2"
                 else "")
@@ -535,6 +578,12 @@ def resolve_plan(facts: Facts, index: WheelIndex,
     if blockers:
         return Blocked(tuple(blockers))
     gpus = usable_gpus(_nvidia(facts), os_name)
+    # torch without kernels for a GPU SageAttention would serve: nothing to install fixes it
+    # (the same SD144 as `check`, with the torch build that does serve it).
+    no_kernels = torch_kernel_findings(target, gpus, os_name, _nvidia(facts),
+                                       facts.system.machine)
+    if no_kernels:
+        return Blocked(tuple(no_kernels))
     steps = _cleanup_steps(target)
     if os_name == "windows":
         more, notes, problems = _resolve_windows(facts, target, index, gpus, options.rebuild)

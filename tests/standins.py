@@ -57,13 +57,13 @@ def venv_python(venv: Path) -> Path:
 
 
 def add_dist(site: Path, name: str, version: str, files: dict[str, str] | None = None,
-             summary: str = "") -> None:
+             summary: str = "", requires: tuple[str, ...] = ()) -> None:
     """A dist-info as pip writes it (METADATA, RECORD, INSTALLER) plus the package's files."""
     dist = site / f"{name.replace('-', '_')}-{version}.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {summary}\n",
-        encoding="utf-8")
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {summary}\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires), encoding="utf-8")
     (dist / "INSTALLER").write_text("pip\n", encoding="utf-8")
     record = []
     for rel, text in (files or {}).items():
@@ -74,11 +74,13 @@ def add_dist(site: Path, name: str, version: str, files: dict[str, str] | None =
     (dist / "RECORD").write_text("\n".join(record) + "\n", encoding="utf-8")
 
 
-def add_torch(site: Path, version_py: str, dist_version: str = "2.11.0") -> None:
-    add_dist(site, "torch", dist_version, {
-        "torch/__init__.py": "raise ImportError('sagedoctor must never import torch')\n",
-        "torch/version.py": version_py,
-    })
+def add_torch(site: Path, version_py: str, dist_version: str = "2.11.0",
+              requires: tuple[str, ...] = (), aten_h: str | None = None) -> None:
+    files = {"torch/__init__.py": "raise ImportError('sagedoctor must never import torch')\n",
+             "torch/version.py": version_py}
+    if aten_h is not None:
+        files["torch/include/ATen/ATen.h"] = aten_h
+    add_dist(site, "torch", dist_version, files, requires=requires)
 
 
 def add_sageattention(site: Path, version: str, modules: tuple[str, ...]) -> None:

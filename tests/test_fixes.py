@@ -34,7 +34,7 @@ CHECK_FIXES: dict[tuple[str, str], str] = {
     # a pip dist-info without its package: pip cannot start, so uv
     ("linux-stale-pip-cpu-torch", "SD142"):
         f"uv pip install --python {LINUX_PY} --reinstall-package torch torch==2.11.0 "
-        "--index-url https://download.pytorch.org/whl/cu128",
+        "--index-url https://download.pytorch.org/whl/cu130",  # 2.11's default: cu130
     # Linux torch pins its triton: the same torch build from its own index brings it back
     ("linux-uv-venv-triton-mismatch", "SD152"):
         f"uv pip install --python {LINUX_PY} torch==2.11.0+cu130 "
@@ -43,9 +43,17 @@ CHECK_FIXES: dict[tuple[str, str], str] = {
     # the launcher's venv (uv venv, no pip)
     ("windows-cpu-torch", "SD142"):
         f"{REPAIR}uv pip install --python {WIN_PY} --reinstall-package torch torch==2.7.1 "
-        "--index-url https://download.pytorch.org/whl/cu128",
+        "--index-url https://download.pytorch.org/whl/cu126",  # 2.7's default serves sm89
     ("windows-plain-triton", "SD153"): f"uv pip uninstall --python {WIN_PY} triton",
-    ("windows-rtx2080-turing", "SD154"): f'uv pip install --python {WIN_PY} "triton-windows<3.3"',
+    # Turing with torch 2.5: the pairing intersected with the Turing cap, as the plan installs
+    ("windows-rtx2080-turing-torch25", "SD154"):
+        f'uv pip install --python {WIN_PY} "triton-windows>=3.1,<3.2"',
+    ("windows-torch214-today", "SD152"):
+        f'uv pip install --python {WIN_PY} "triton-windows>=3.8,<3.9"',
+    # cu126 stops at sm90: the registry's default build of 2.14 serves an RTX 5090
+    ("linux-rtx5090-torch-cu126", "SD144"):
+        f"{LINUX_PY} -m pip install --force-reinstall torch==2.14.1 "
+        "--index-url https://download.pytorch.org/whl/cu130",
     ("windows-triton-mismatch", "SD152"):
         f'uv pip install --python {WIN_PY} "triton-windows>=3.3,<3.4"',
     ("windows-triton-missing", "SD151"):

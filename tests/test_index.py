@@ -48,7 +48,8 @@ def test_shipped_index_loads_with_every_wheel_of_the_facts() -> None:
     ("2.4.1", ">=3.1,<3.2", (3, 0)), ("2.6.0", ">=3.2,<3.3", (3, 2)),
     ("2.7.1+cu128", ">=3.3,<3.4", (3, 3)), ("2.10.0", ">=3.6,<3.7", (3, 6)),
     ("2.11.0", ">=3.6,<3.7", (3, 6)), ("2.12.1", ">=3.7,<3.8", (3, 7)),
-    ("2.13.0", ">=3.7,<3.8", (3, 7)), ("2.14.0", None, (3, 8)),
+    ("2.13.0", ">=3.7,<3.8", (3, 7)), ("2.14.0", ">=3.8,<3.9", (3, 8)),
+    ("2.15.0", None, (3, 9)),  # torch 2.15.0 pins triton~=3.9.0; no triton-windows 3.9 yet
 ])
 def test_triton_pairing(torch: str, windows: str | None, linux: tuple[int, int]) -> None:
     pair = shipped_index().triton.pair_for(torch)
@@ -64,7 +65,8 @@ def test_no_pairing_for_unknown_torch(torch: str) -> None:
 
 
 @pytest.mark.parametrize(("cc", "nvcc"), [("8.0", "12.0"), ("8.6", "12.0"), ("8.9", "12.4"),
-                                          ("9.0", "12.3"), ("12.0", "12.8"), ("7.5", "12.0")])
+                                          ("9.0", "12.3"), ("12.0", "12.8"), ("7.5", "12.0"),
+                                          ("12.1", "12.9")])  # sm_121a is new in CUDA 12.9
 def test_min_nvcc_per_arch(cc: str, nvcc: str) -> None:
     assert shipped_index().min_nvcc_for(cc) == nvcc
 
@@ -251,7 +253,7 @@ def _linux_machine(gpus: tuple[str, ...], torch: str) -> Any:
 
 
 @pytest.mark.parametrize("torch", ["2.7.1+cu126", "2.8.0+cu128", "2.9.1+cu128", "2.10.0+cu130",
-                                   "2.11.0+cu130", "2.12.0+cu128", "2.11.0+cu126"])
+                                   "2.11.0+cu130", "2.12.0+cu130", "2.11.0+cu126"])
 @pytest.mark.parametrize("gpus", [("h200",), ("h100",), ("4090", "h100"), ("a100", "h200")])
 def test_linux_plan_for_sm90_never_holds_a_wheel_built_from_v2_2_0(
         torch: str, gpus: tuple[str, ...]) -> None:
@@ -271,7 +273,9 @@ def test_linux_plan_for_sm90_never_holds_a_wheel_built_from_v2_2_0(
 def test_the_same_index_is_still_planned_where_its_wheels_work() -> None:
     from sagedoctor.resolve import Plan, ResolveOptions, resolve_plan
 
-    plan = resolve_plan(_linux_machine(("4090",), "2.11.0+cu130"), shipped_index(),
+    plan = resolve_plan(_linux_machine(("3090",), "2.11.0+cu130"), shipped_index(),
                         ResolveOptions())
     assert isinstance(plan, Plan)
     assert plan.steps[0].action == "install-from-index"
+    # the current version template ("+cu.13.0.torch.2.11"), which parse_sage_local reads
+    assert plan.steps[0].requirement == "sageattention==2.2.0+cu.13.0.torch.2.11"

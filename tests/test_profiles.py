@@ -20,9 +20,11 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "macos-apple": ({"SD101", "SD111"}, 2),
     "windows-arm64": ({"SD101"}, 2),
     "wsl-rtx3090-needs-install": ({"SD102", "SD161", "SD171"}, 1),
-    "linux-v100": ({"SD112", "SD144"}, 2),
+    # torch 2.7's cu128 build still carries Volta (sm70) kernels; SageAttention does not
+    "linux-v100": ({"SD112"}, 2),
     "linux-t4-turing": ({"SD113"}, 2),
-    "windows-rtx2080-turing": ({"SD113", "SD154"}, 0),
+    # torch 2.10 needs Triton 3.6, Turing needs < 3.3: said once, with the way out
+    "windows-rtx2080-turing": ({"SD113", "SD146"}, 1),
     "linux-orin-sm87": ({"SD114"}, 2),
     "linux-r470-unknown-gpu": ({"SD115", "SD161"}, 1),
     "linux-gpu-listing-hung": ({"SD116"}, 1),
@@ -60,13 +62,25 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "linux-h200-sageattn-wrong": ({"SD166", "SD167"}, 1),
     "linux-h200-verify-stale": ({"SD166", "SD168"}, 0),
     "windows-4090-unverified": ({"SD169", "SD182"}, 0),
+    # today's torch (issue 18)
+    "windows-torch214-today": ({"SD152", "SD161"}, 1),
+    "windows-torch215-no-triton-windows-yet": ({"SD147", "SD161"}, 1),
+    "linux-h200-torch214-cxx20-build": ({"SD161"}, 1),
+    "linux-rtx5090-torch-cu126": ({"SD144", "SD161"}, 1),
+    "windows-rtx2080-turing-torch25": ({"SD113", "SD154", "SD161"}, 1),
+    "windows-turing-beside-3090-torch210": ({"SD113", "SD148"}, 0),
+    "linux-rtx4090-optional-index": ({"SD161"}, 1),
 }
 
 # Codes a profile must NOT show, where the absence is the point.
 ABSENT: dict[str, set[str]] = {
     "linux-h200-ready": {"SD120", "SD152", "SD163", "SD164"},
     "windows-rtx5090-torch213-ready": {"SD152", "SD163", "SD164", "SD151"},
-    "windows-rtx2080-turing": {"SD112"},  # Turing works on Windows through Triton
+    "windows-rtx2080-turing": {"SD112", "SD152", "SD154"},  # one finding, SD146
+    "linux-v100": {"SD144"},
+    "windows-torch214-today": {"SD202", "SD147"},
+    "windows-torch215-no-triton-windows-yet": {"SD151", "SD152"},
+    "windows-rtx2080-turing-torch25": {"SD152", "SD146"},
     "linux-h100-plus-v100": {"SD111"},
 }
 

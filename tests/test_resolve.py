@@ -4,7 +4,7 @@ reasons for each; and properties that hold for every machine."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -79,6 +79,11 @@ def machine(os_name: str = "windows", gpus: tuple[str, ...] = ("4090",),
         data["target"]["invokeai"] = {"version": "6.20.0", "attention_backend_supported": True,
                                       "attention_backend_choices": list(invokeai_choices)}
     return facts_from_dict(data)
+
+
+def on_arm64(facts: Facts) -> Facts:
+    assert facts.system is not None
+    return replace(facts, system=replace(facts.system, machine="arm64"))
 
 
 @dataclass(frozen=True)
@@ -177,11 +182,27 @@ CASES: dict[str, tuple[Facts, ResolveOptions, Expect]] = {
     "win-cu118-no-wheel": (machine(torch="2.7.1+cu118"), ResolveOptions(),
                            Expect(blocked=("SD201",))),
     "win-cpu-torch": (machine(torch="2.10.0+cpu"), ResolveOptions(), Expect(blocked=("SD142",))),
-    "win-t214-triton-unknown": (machine(torch="2.14.0+cu130"), ResolveOptions(),
+    # torch 2.14 pins triton~=3.8.0 and triton-windows 3.8 is out: the index's row
+    "win-t214-triton-38": (machine(torch="2.14.1+cu130", triton_windows="3.7.1.post27"),
+                           ResolveOptions(), Expect(W, POST6_130, "triton-windows>=3.8,<3.9")),
+    # a torch newer than every row, its pin unknown (a version-1 facts file): nothing to derive
+    "win-t216-triton-unknown": (machine(torch="2.16.0+cu130"), ResolveOptions(),
                                 Expect(blocked=("SD202",))),
+    # torch 2.15's row pins Triton 3.9 on Linux; triton-windows has no 3.9 release yet
+    "win-t215-no-triton-windows-yet": (machine(torch="2.15.0+cu130"), ResolveOptions(),
+                                       Expect(blocked=("SD147",))),
+    # Turing needs Triton < 3.3, torch 2.10 needs 3.6: nothing installs, said once
     "win-2080-turing": (machine(gpus=("2080",), torch="2.10.0+cu128"), ResolveOptions(),
-                        Expect(W, POST6_128, "triton-windows<3.3",
-                               reasons=("Triton dropped Turing in 3.3",))),
+                        Expect(blocked=("SD146",))),
+    # Turing with torch 2.5: the pairing 3.1 intersected with < 3.3 is 3.1, not "< 3.3"
+    "win-2080-turing-t251": (machine(gpus=("2080",), torch="2.5.1+cu124",
+                                     triton_windows="3.2.0.post21"), ResolveOptions(),
+                             Expect(W, "sageattention-2.2.0+cu124torch2.5.1.post3-cp39-abi3-"
+                                    "win_amd64.whl", "triton-windows>=3.1,<3.2",
+                                    reasons=("Triton dropped Turing in 3.3",))),
+    "win-2080-beside-3090-t210": (machine(gpus=("3090", "2080")), ResolveOptions(),
+                                  Expect(WNT, POST6_130, notes=(
+                                      "(sm75) cannot run Triton >=3.6,<3.7",))),
     "win-b200-no-kernels": (machine(gpus=("sm100win",)), ResolveOptions(),
                             Expect(blocked=("SD203",))),
     "win-mixed-4090-3090": (machine(gpus=("4090", "3090")), ResolveOptions(),
@@ -221,12 +242,16 @@ CASES: dict[str, tuple[Facts, ResolveOptions, Expect]] = {
                                           ResolveOptions(),
                                           Expect(BUILD, arch_list="9.0",
                                                  notes=("at v2.2.0, known broken on sm90",))),
-    "linux-4090-index-then-build": (machine("linux", ("4090",), "2.11.0+cu130"),
+    "linux-3090-index-then-build": (machine("linux", ("3090",), "2.11.0+cu130"),
                                     ResolveOptions(),
                                     Expect(("install-from-index", "bundle-runtime", "verify"),
                                            index_url="https://wheels.astral.sh/simple/cu130/",
-                                           arch_list="8.9",
+                                           arch_list="8.6",
                                            reasons=("build from source as below",))),
+    # Astral's arch lists have no 8.9: no _qattn_sm89 for an RTX 4090, so it is built
+    "linux-4090-never-an-index-without-sm89": (
+        machine("linux", ("4090",), "2.11.0+cu130"), ResolveOptions(),
+        Expect(BUILD, arch_list="8.9", notes=("carry no kernels for sm89",))),
     "linux-4090-plus-h100-never-the-v2.2.0-index": (
         machine("linux", ("4090", "h100"), "2.11.0+cu130"), ResolveOptions(),
         Expect(BUILD, arch_list="8.9;9.0")),
@@ -239,10 +264,20 @@ CASES: dict[str, tuple[Facts, ResolveOptions, Expect]] = {
                                          "4 extensions x 4 jobs x 1 nvcc threads"))),
     "linux-h100-old-nvcc": (machine("linux", ("h100",), "2.10.0+cu128", nvcc="12.2.140"), NOIDX,
                             Expect(blocked=("SD204",))),
-    "linux-4090-old-nvcc-index-only": (machine("linux", ("4090",), "2.10.0+cu128",
-                                               nvcc="12.2.140"), ResolveOptions(),
-                                       Expect(("install-from-index", "bundle-runtime",
-                                               "verify"), reasons=("the only way",))),
+    "linux-3090-no-gcc-index-only": (machine("linux", ("3090",), "2.10.0+cu128", gcc=None),
+                                     ResolveOptions(),
+                                     Expect(("install-from-index", "bundle-runtime",
+                                             "verify"), reasons=("the only way",))),
+    # torch 2.14's headers demand C++20: the build says so, and gcc 9 cannot
+    "linux-4090-t214-cxx20-build": (machine("linux", ("4090",), "2.14.1+cu130"),
+                                    ResolveOptions(),
+                                    Expect(BUILD, arch_list="8.9", reasons=(
+                                        "C++20 (torch 2.14.1 requires it)",))),
+    "linux-4090-t214-gcc9": (machine("linux", ("4090",), "2.14.1+cu130", gcc="9.4.0"),
+                             ResolveOptions(), Expect(blocked=("SD206",))),
+    # cu126 torch stops at sm90: an RTX 5090 gets SD144 with the cu130 build of that torch
+    "linux-5090-torch-cu126": (machine("linux", ("5090",), "2.14.1+cu126", nvcc="12.8.93"),
+                               ResolveOptions(), Expect(blocked=("SD144",))),
     # The broken index is not "the only way" either: blocked by the toolchain instead.
     "linux-h100-old-nvcc-no-broken-index": (machine("linux", ("h100",), "2.10.0+cu128",
                                                     nvcc="12.2.140"), ResolveOptions(),
@@ -290,8 +325,8 @@ CASES: dict[str, tuple[Facts, ResolveOptions, Expect]] = {
                         Expect(blocked=("SD114",))),
     "linux-t4-turing": (machine("linux", ("t4",), "2.13.0+cu130"), ResolveOptions(),
                         Expect(blocked=("SD113",))),
-    "linux-thor-no-arch": (machine("linux", ("thor",), "2.13.0+cu130"), ResolveOptions(),
-                           Expect(blocked=("SD205",))),
+    "linux-thor-no-arch": (on_arm64(machine("linux", ("thor",), "2.13.0+cu130")),
+                           ResolveOptions(), Expect(blocked=("SD205",))),  # Thor is aarch64
     "linux-cpu-torch": (machine("linux", ("h200",), "2.11.0+cpu"), ResolveOptions(),
                         Expect(blocked=("SD142",))),
     "linux-no-gpu": (machine("linux", (), "2.11.0+cpu"), ResolveOptions(),
@@ -428,9 +463,9 @@ def test_no_plan_touches_torch_or_anything_unnamed(case: tuple[Facts, ResolveOpt
         if step.action == "install" and facts.system.os == "windows":
             pair = INDEX.triton.pair_for(target.torch.version)
             assert pair is not None and step.requirement is not None
-            assert pair.windows is not None and step.requirement in (
-                f"triton-windows{spec_text(pair.windows)}",
-                f"triton-windows{spec_text(INDEX.triton.turing_spec)}")
+            # the pairing itself: a Turing cap only ever narrows it to itself or to nothing
+            assert pair.windows is not None
+            assert step.requirement == f"triton-windows{spec_text(pair.windows)}"
         if step.build is not None:
             archs = step.build.arch_list.split(";")
             assert archs and all(a in INDEX.build.archs for a in archs)

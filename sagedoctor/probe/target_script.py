@@ -12,6 +12,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import sys
 import sysconfig
 from types import ModuleType
@@ -69,11 +70,43 @@ def literal_assignments(path: str, names: set[str]) -> dict[str, Any]:
     return found
 
 
+def triton_pin(name: str) -> str | None:
+    """The specifier of `Requires-Dist: triton...` in a distribution's METADATA ('~=3.8.0'):
+    torch names the triton it was built against on every platform, Windows included."""
+    if _md is None:
+        return None
+    try:
+        requires = _md.distribution(name).requires or []
+    except Exception:
+        return None
+    for line in requires:
+        match = re.match(r"\s*triton\s*\(?\s*((?:[<>=!~]=?|===)\s*[\w.*+!-]+)", line)
+        if match:
+            return match.group(1).replace(" ", "")[:40]
+    return None
+
+
+def header_cxx_standard(pkg: str) -> int | None:
+    """The standard ATen.h's guard demands: `__cplusplus < 202002L` ... `#error` -> 20."""
+    try:
+        with open(os.path.join(pkg, "include", "ATen", "ATen.h"), encoding="utf-8",
+                  errors="replace") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return None
+    match = re.search(r"__cplusplus\s*<\s*(\d{4})(\d{2})L\s*\n\s*#\s*error", head)
+    if match is None:
+        return None
+    return {"1997": 98, "2011": 11, "2014": 14, "2017": 17, "2020": 20, "2023": 23}.get(
+        match.group(1))
+
+
 def torch_facts() -> dict[str, Any] | None:
     version = dist_version("torch")
     if version is None:
         return None
-    result: dict[str, Any] = {"version": version, "full_version": None, "cuda": None, "hip": None}
+    result: dict[str, Any] = {"version": version, "full_version": None, "cuda": None, "hip": None,
+                              "triton_pin": triton_pin("torch"), "cxx_standard": None}
     pkg = package_dir("torch")
     if pkg:
         wanted = {"__version__", "cuda", "hip"}
@@ -81,6 +114,7 @@ def torch_facts() -> dict[str, Any] | None:
         for key, dest in (("__version__", "full_version"), ("cuda", "cuda"), ("hip", "hip")):
             if isinstance(values.get(key), str):
                 result[dest] = values[key]
+        result["cxx_standard"] = header_cxx_standard(pkg)
     return result
 
 

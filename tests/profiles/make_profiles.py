@@ -293,11 +293,55 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                 "driver_version": "581.57"},
         "target": {"torch": {"version": "2.13.0+cu130", "full_version": "2.13.0+cu130",
                              "cuda": "13.0"}, "triton_windows": "3.7.1.post27"}}),
+    # --- today's torch and the rules derived from it (issue 18); facts schema 2 ---------------
+    # torch 2.14.1 METADATA: `Requires-Dist: triton~=3.8.0; platform_system == "Linux" ...` on
+    # win_amd64 and manylinux alike; its ATen.h demands C++20 (both read from PyPI, 2026-12-04).
+    "windows-torch214-today": (WIN_4090, {"schema_version": 2, "target": {
+        "torch": {"version": "2.14.1+cu130", "full_version": "2.14.1+cu130", "cuda": "13.0",
+                  "triton_pin": "~=3.8.0", "cxx_standard": 20},
+        "triton_windows": "3.7.1.post27", "sageattention": None}}),
+    # torch 2.15.0 pins triton~=3.9.0; triton-windows has no 3.9 yet
+    "windows-torch215-no-triton-windows-yet": (WIN_4090, {"schema_version": 2, "target": {
+        "torch": {"version": "2.15.0+cu132", "full_version": "2.15.0+cu132", "cuda": "13.2",
+                  "triton_pin": "~=3.9.0", "cxx_standard": 20},
+        "triton_windows": "3.8.0.post29", "sageattention": None}}),
+    "linux-h200-torch214-cxx20-build": (LINUX_H200, {"schema_version": 2, "target": {
+        "torch": {"version": "2.14.1", "full_version": "2.14.1+cu130", "cuda": "13.0",
+                  "triton_pin": "~=3.8.0", "cxx_standard": 20},
+        "triton": "3.8.0", "sageattention": None}}),
+    # cu126 builds stop at sm90: an RTX 5090 gets no torch kernels at all
+    "linux-rtx5090-torch-cu126": (LINUX_H200, {"schema_version": 2,
+        "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 5090", "12.0", 32607)],
+                "driver_version": "580.95.05"},
+        "target": {"torch": {"version": "2.14.1+cu126", "full_version": "2.14.1+cu126",
+                             "cuda": "12.6", "triton_pin": "~=3.8.0", "cxx_standard": 20},
+                   "triton": "3.8.0", "sageattention": None},
+        "toolchain": {"nvcc_version": "12.8.93"}}),
+    # Turing with torch 2.5: the pairing (3.1) intersected with the Turing cap (< 3.3) is 3.1
+    "windows-rtx2080-turing-torch25": (WIN_4090, {"schema_version": 2,
+        "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 2080 SUPER", "7.5", 8192)]},
+        "target": {"torch": {"version": "2.5.1+cu124", "full_version": "2.5.1+cu124",
+                             "cuda": "12.4", "triton_pin": "==3.1.0", "cxx_standard": 17},
+                   "triton_windows": "3.3.1.post21", "sageattention": None}}),
+    # An RTX 2080 beside an RTX 3090 with torch 2.10: the 3090 gets Triton 3.6, the 2080 stays
+    # on PyTorch attention
+    "windows-turing-beside-3090-torch210": (WIN_4090, {"gpu": {"gpus": [
+        gpu(0, "NVIDIA GeForce RTX 3090", "8.6"),
+        gpu(1, "NVIDIA GeForce RTX 2080 SUPER", "7.5", 8192)]}}),
+    # Astral's builds have no 8.9: an RTX 4090 is built from source instead
+    "linux-rtx4090-optional-index": (LINUX_H200, {"schema_version": 2,
+        "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 4090", "8.9")], "driver_version": "570.86"},
+        "target": {"torch": {"version": "2.10.0+cu128", "full_version": "2.10.0+cu128",
+                             "cuda": "12.8", "triton_pin": "==3.6.0", "cxx_standard": 17},
+                   "triton": "3.6.0", "sageattention": None},
+        "toolchain": {"nvcc_version": "12.8.93"}}),
 }
 
 
-def main() -> None:
+def main(only: set[str] | None = None) -> None:
     for name, (base, changes) in PROFILES.items():
+        if only and name not in only:
+            continue
         data = merge(base, changes)
         if changes.get("target", ...) is None:
             data["target"] = None
@@ -307,4 +351,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(set(sys.argv[1:]) or None)  # names: write only those profiles
