@@ -341,9 +341,9 @@ def cxx_standard_for(torch: TorchFacts) -> tuple[int, str]:
     """The C++ standard an extension for this torch must be built with, and why: the guard in
     its ATen.h where the probe read it, else the torch version (2.14 made C++20 mandatory)."""
     version = compat.parse_version(torch.version)
-    label = version.public if version else torch.version
+    label = ".".join(map(str, version.release[:2])) if version else torch.version
     if torch.cxx_standard is not None:
-        return torch.cxx_standard, f"torch {label} requires it (its ATen.h)"
+        return torch.cxx_standard, f"torch {label} requires it; read from its ATen.h"
     if version is not None and version.release[:2] >= (2, 14):
         return 20, f"torch {label} requires it"
     return 17, f"torch {label} builds with it"

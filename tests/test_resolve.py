@@ -272,7 +272,7 @@ CASES: dict[str, tuple[Facts, ResolveOptions, Expect]] = {
     "linux-4090-t214-cxx20-build": (machine("linux", ("4090",), "2.14.1+cu130"),
                                     ResolveOptions(),
                                     Expect(BUILD, arch_list="8.9", reasons=(
-                                        "C++20 (torch 2.14.1 requires it)",))),
+                                        "C++20 (torch 2.14 requires it)",))),
     "linux-4090-t214-gcc9": (machine("linux", ("4090",), "2.14.1+cu130", gcc="9.4.0"),
                              ResolveOptions(), Expect(blocked=("SD206",))),
     # cu126 torch stops at sm90: an RTX 5090 gets SD144 with the cu130 build of that torch

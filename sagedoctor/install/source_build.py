@@ -8,6 +8,7 @@ source, with the plan's environment. The venv is not touched until a wheel exist
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -32,6 +33,53 @@ _SCRUB = ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "EXT_PARALLEL", "NVCC_APPEND_FLAGS
           "SAGEATTN_SKIP_CUDA_BUILD", "PYTHONPATH")
 
 Progress = Callable[[str], None]
+
+# A quoted -std= flag in setup.py, as upstream writes its CXX_FLAGS and NVCC_FLAGS.
+_STD_FLAG = re.compile(r"""(?P<q>["'])-std=(?P<dialect>c|gnu)\+\+(?P<n>\d\d)(?P=q)""")
+
+
+def _std_year(two_digits: str) -> int:
+    value = int(two_digits)
+    return 1900 + value if value >= 90 else 2000 + value  # c++98 < c++03 < c++11 < ... c++20
+
+
+def cxx_std_flag(standard: int) -> str:
+    """The flag the build compiles with for this standard (the patch writes exactly this)."""
+    return f"-std=c++{standard}"
+
+
+def patch_cxx_standard(tree: Path, standard: int) -> list[str]:
+    """Raise every quoted `-std=c++NN` in tree/setup.py below `standard` to it; only ever
+    called on the build's temporary copy. Returns what changed, for the log and the record.
+    Upstream hard-codes -std=c++17 (thu-ml/SageAttention#400), which torch 2.14's ATen.h
+    rejects with '#error C++20 or later compatible compiler is required'."""
+    setup = tree / "setup.py"
+    text = setup.read_text(encoding="utf-8")
+    changed: dict[str, int] = {}
+
+    def raise_flag(match: re.Match[str]) -> str:
+        if _std_year(match.group("n")) >= _std_year(str(standard)[-2:]):
+            return match.group(0)
+        old = match.group(0)[1:-1]
+        changed[old] = changed.get(old, 0) + 1
+        return f"{match.group('q')}{cxx_std_flag(standard)}{match.group('q')}"
+
+    patched = _STD_FLAG.sub(raise_flag, text)
+    if not changed:
+        return []
+    setup.write_text(patched, encoding="utf-8")
+    return [f"setup.py: {old} -> {cxx_std_flag(standard)} ({count}x)"
+            for old, count in changed.items()]
+
+
+def prepare_tree(source: Path, work: Path, settings: BuildSettings) -> tuple[Path, list[str]]:
+    """The build's own copy of the source (never the user's folder), patched to the plan's
+    C++ standard; returns it and the patches made."""
+    tree = work / "src"
+    shutil.copytree(source, tree, ignore=shutil.ignore_patterns("build", "*.egg-info", ".git"))
+    patches = (patch_cxx_standard(tree, settings.cxx_standard)
+               if settings.cxx_standard is not None else [])
+    return tree, patches
 
 
 def build_environment(base: Mapping[str, str], settings: BuildSettings,
@@ -63,8 +111,10 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
     InstallInterrupted says so (nothing of the venv was changed by a build)."""
     if not (source / "setup.py").is_file():
         raise InstallError(f"{source} has no setup.py", "pass a SageAttention source folder")
-    tree = work / "src"
-    shutil.copytree(source, tree, ignore=shutil.ignore_patterns("build", "*.egg-info", ".git"))
+    tree, patches = prepare_tree(source, work, settings)
+    if patches:
+        progress(f"C++{settings.cxx_standard}, as torch's headers demand: patched the build's "
+                 f"copy ({'; '.join(patches)}); {source} is unchanged")
     tools_dir = None
     if not _tools_present(python):
         tools_dir = work / "build-tools"
@@ -73,7 +123,8 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
     out_dir = work / "wheel"
     out_dir.mkdir()
     env = build_environment(os.environ, settings, tools_dir)
-    progress("building: " + " ".join(f"{k}={v}" for k, v in settings.env)
+    standard = f" C++{settings.cxx_standard}" if settings.cxx_standard else ""
+    progress("building: " + " ".join(f"{k}={v}" for k, v in settings.env) + standard
              + f" (log: {log_path})")
     began = time.monotonic()
     with log_path.open("a", encoding="utf-8") as log:
