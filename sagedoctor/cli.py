@@ -172,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "the shipped index is never changed. GITHUB_TOKEN is used if set.")
     refresh.add_argument("--index", type=Path, metavar="FILE", help="start from this index")
     refresh.add_argument("--api", metavar="URL", help="GitHub API base (default: api.github.com)")
+    refresh.add_argument("--pypi", metavar="URL",
+                         help="PyPI simple API base for torch and triton-windows versions "
+                              "(default: https://pypi.org/simple)")
+    refresh.add_argument("--json", action="store_true",
+                         help="print the result, what the index does not cover yet included, "
+                              "as JSON")
     refresh.add_argument("-v", "--verbose", action="store_true")
     return parser
 
@@ -257,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "index":
             from .commands.index import run_refresh
 
-            return run_refresh(args.index, args.api)
+            return run_refresh(args.index, args.api, pypi=args.pypi, as_json=args.json)
         if args.command == "uninstall":
             from .commands.uninstall import run_uninstall
 

@@ -11,12 +11,13 @@ import datetime as _dt
 import json
 import os
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from . import compat
 from .errors import SagedoctorError
@@ -32,6 +33,8 @@ from .index import (
 )
 
 GITHUB_API = "https://api.github.com"
+PYPI_SIMPLE = "https://pypi.org/simple"
+MAX_VERSIONS = 20000
 RELEASES_PATH = "/repos/woct0rdho/SageAttention/releases"
 MAX_PAGES = 10
 
@@ -82,6 +85,89 @@ def fetch_releases(api: str = GITHUB_API, timeout: float = 30.0) -> list[Any]:
             next_link = response.links.get("next", {}).get("url")
             url = next_link if next_link and next_link.startswith(base) else None
     return releases
+
+
+def fetch_versions(name: str, base: str = PYPI_SIMPLE, timeout: float = 30.0) -> list[str]:
+    """A project's versions from PyPI's simple API in its JSON form (PEP 691, `versions` of
+    PEP 700): one small request, no wheel is downloaded."""
+    import httpx
+
+    root = _check_api(base)
+    url = f"{root}/{name}/"
+    try:
+        with httpx.Client(timeout=timeout, follow_redirects=False, headers={
+                "Accept": "application/vnd.pypi.simple.v1+json",
+                "User-Agent": "sagedoctor"}) as client:
+            response = client.get(url)
+    except httpx.HTTPError as exc:
+        raise RefreshError(f"{url}: {exc}", "check the network, or pass --pypi URL") from exc
+    if response.status_code != 200:
+        raise RefreshError(f"{url} answered HTTP {response.status_code}", "pass --pypi URL")
+    try:
+        data = response.json()
+    except (ValueError, RecursionError) as exc:
+        raise RefreshError(f"{url} answered something that is not JSON", "") from exc
+    versions = data.get("versions") if isinstance(data, dict) else None
+    if not isinstance(versions, list) or len(versions) > MAX_VERSIONS:
+        raise RefreshError(f"{url}: no list of versions in the answer", "")
+    return [v for v in versions if isinstance(v, str) and len(v) < 100]
+
+
+def released_minors(versions: list[str]) -> list[tuple[int, int]]:
+    """The minors with a final release (no pre-releases, local labels ignored), sorted."""
+    out: set[tuple[int, int]] = set()
+    for text in versions:
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        if not (version.is_prerelease or version.is_devrelease) and len(version.release) >= 2:
+            out.add((version.release[0], version.release[1]))
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What the index does not cover yet, against the registry and the fork's releases."""
+
+    torch_without_row: tuple[str, ...]  # torch minors on PyPI with no [[triton.pairs]] row
+    torch_without_windows: tuple[str, ...]  # a row, but no triton-windows pairing in it
+    triton_windows_new: tuple[str, ...]  # triton-windows minors newer than every row
+    new_wheels: tuple[str, ...]  # fork wheels the index did not list
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {"torch_minors_without_row": list(self.torch_without_row),
+                "torch_minors_without_windows_pairing": list(self.torch_without_windows),
+                "triton_windows_minors_newer_than_the_table": list(self.triton_windows_new),
+                "new_fork_wheels": list(self.new_wheels)}
+
+
+def _text(minor: tuple[int, int]) -> str:
+    return f"{minor[0]}.{minor[1]}"
+
+
+def coverage(index: WheelIndex, torch_versions: list[str], triton_windows_versions: list[str],
+             new_wheels: list[str]) -> Coverage:
+    """Pure: the registry's torch and triton-windows minors against the index's rows."""
+    rows = {p.torch: p for p in index.triton.pairs}
+    torch_minors = [m for m in released_minors(torch_versions) if m >= (2, 4)]
+    tabled = [p.windows_minor for p in index.triton.pairs if p.windows_minor]
+    newest_tabled = max(tabled, default=(0, 0))
+    return Coverage(
+        torch_without_row=tuple(_text(m) for m in torch_minors if m not in rows),
+        torch_without_windows=tuple(_text(m) for m in torch_minors
+                                    if m in rows and rows[m].windows is None),
+        triton_windows_new=tuple(_text(m) for m in released_minors(triton_windows_versions)
+                                 if m > newest_tabled),
+        new_wheels=tuple(new_wheels))
+
+
+def with_windows_releases(index: WheelIndex, triton_windows_versions: list[str]) -> WheelIndex:
+    """The index knowing every triton-windows minor PyPI has, so a derived pairing for a newer
+    torch can be planned (and SD147 lifts) once triton-windows releases that minor."""
+    minors = sorted(set(index.triton.windows_releases)
+                    | set(released_minors(triton_windows_versions)))
+    return replace(index, triton=replace(index.triton, windows_releases=tuple(minors)))
 
 
 def _torch_range(file: str) -> str | None:

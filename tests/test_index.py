@@ -165,10 +165,21 @@ def test_a_refreshed_copy_wins_only_while_it_is_newer(tmp_path: Path,
 
 class _Api(BaseHTTPRequestHandler):
     pages: ClassVar[list[Any]] = []
+    pypi: ClassVar[dict[str, Any]] = {}
     requests: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         type(self).requests.append(self.path)
+        if self.path.startswith("/simple/"):  # PyPI's simple API, JSON form
+            name = self.path.split("/")[2]
+            body = json.dumps({"meta": {"api-version": "1.1"}, "name": name,
+                               "versions": self.pypi[name]["versions"]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         page = 2 if "page=2" in self.path else 1
         body = json.dumps(self.pages[page - 1]).encode()
         self.send_response(200)
@@ -188,6 +199,7 @@ class _Api(BaseHTTPRequestHandler):
 @pytest.fixture
 def api() -> Iterator[str]:
     _Api.pages = json.loads((FIXTURES / "github_releases.json").read_text())["pages"]
+    _Api.pypi = json.loads((FIXTURES / "pypi_versions.json").read_text())
     _Api.requests = []
     with local_server(_Api) as url:
         yield url
@@ -197,9 +209,9 @@ def test_refresh_writes_the_user_index_with_github_digests(tmp_path: Path, api: 
     env = clean_env(tmp_path)
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     before = SHIPPED_INDEX.read_bytes()
-    done = run_cli(["index", "refresh", "--api", api], env)
+    done = run_cli(["index", "refresh", "--api", api, "--pypi", f"{api}/simple"], env)
     assert done.returncode == 0, done.stderr
-    assert len(_Api.requests) == 2  # followed the Link header to page 2
+    assert len([r for r in _Api.requests if r.startswith("/repos/")]) == 2  # Link: page 2
     written = tmp_path / "config" / "sagedoctor" / "wheels_index.toml"
     index = load_index_file(written)
     by_file = {w.file: w for w in index.windows_wheels}
@@ -224,6 +236,42 @@ def test_refresh_writes_the_user_index_with_github_digests(tmp_path: Path, api: 
     plan = run_cli(["plan", "--facts", str(Path(__file__).parent / "profiles" /
                                            "windows-sageattention1.json"), "--json"], env)
     assert json.loads(plan.stdout)["index"] == str(written)
+
+
+def test_refresh_reports_what_the_index_does_not_cover_yet(tmp_path: Path, api: str) -> None:
+    env = clean_env(tmp_path)
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    # PyPI today (the fixture): every torch minor has a row; 2.15 has no triton-windows yet
+    done = run_cli(["index", "refresh", "--api", api, "--pypi", f"{api}/simple", "--json"],
+                   env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)["not_covered"]
+    assert report["torch_minors_without_row"] == []
+    assert report["torch_minors_without_windows_pairing"] == ["2.15"]
+    assert report["triton_windows_minors_newer_than_the_table"] == []
+    assert ("sageattention-2.2.0+cu130torch2.14.0andhigher.post7-cp310-abi3-win_amd64.whl"
+            in report["new_fork_wheels"])
+    # tomorrow: torch 2.16 and triton-windows 3.9 appear; text output names both, and the
+    # written index learns the 3.9 release, so torch 2.15 is then planned (derived)
+    _Api.pypi = {"torch": {"versions": [*_Api.pypi["torch"]["versions"], "2.16.0"]},
+                 "triton-windows": {"versions": [*_Api.pypi["triton-windows"]["versions"],
+                                                 "3.9.0.post30", "3.10.0a0.post1"]}}
+    done = run_cli(["index", "refresh", "--api", api, "--pypi", f"{api}/simple"], env)
+    assert done.returncode == 0, done.stderr
+    assert "torch on PyPI without a pairing row: 2.16" in done.stdout
+    assert "triton-windows minors newer than the table: 3.9" in done.stdout
+    written = load_index_file(tmp_path / "config" / "sagedoctor" / "wheels_index.toml")
+    assert (3, 9) in written.triton.windows_releases
+    assert (3, 10) not in written.triton.windows_releases  # a pre-release is no release
+    from sagedoctor.facts import load_facts_file
+    from sagedoctor.resolve import Plan, resolve_plan
+
+    facts = load_facts_file(Path(__file__).parent / "profiles" /
+                            "windows-torch215-no-triton-windows-yet.json")
+    plan = resolve_plan(facts, written)
+    assert isinstance(plan, Plan)
+    assert plan.steps[0].requirement == "triton-windows>=3.9,<3.10"
+    assert plan.steps[0].reason.startswith("derived: torch 2.15.0+cu132 pins Triton 3.9")
 
 
 def test_refresh_refuses_plain_http_to_another_host(tmp_path: Path) -> None:

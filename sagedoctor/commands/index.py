@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -16,10 +17,15 @@ from ..index import (
 )
 from ..index_refresh import (
     GITHUB_API,
+    PYPI_SIMPLE,
+    Coverage,
+    coverage,
     fetch_releases,
+    fetch_versions,
     merge_wheels,
     today,
     wheels_from_releases,
+    with_windows_releases,
     write_index,
 )
 
@@ -45,15 +51,29 @@ def _starting_index(base: Path | None) -> WheelIndex:
         return load_index_file(SHIPPED_INDEX)
 
 
-def run_refresh(base: Path | None, api: str | None, out: TextIO | None = None) -> int:
+def run_refresh(base: Path | None, api: str | None, out: TextIO | None = None,
+                pypi: str | None = None, as_json: bool = False) -> int:
     stream = out or sys.stdout
     index = _starting_index(base)
     releases = fetch_releases(api or GITHUB_API)
     found, skipped = wheels_from_releases(releases, index)
     merged, notes = merge_wheels(index, found)
+    torch_versions = fetch_versions("torch", pypi or PYPI_SIMPLE)
+    triton_windows = fetch_versions(index.triton.windows_package, pypi or PYPI_SIMPLE)
+    merged = with_windows_releases(merged, triton_windows)
+    gaps = coverage(index, torch_versions, triton_windows,
+                    [n.removeprefix("new: ") for n in notes if n.startswith("new: ")])
     target = user_index_path()
     write_index(merged, target, max(today(), index.updated))
     confirmed = sum(1 for w in merged.windows_wheels if w.sha256_source == "github-api")
+    if as_json:
+        json.dump({"schema_version": 1, "written": str(target), "based_on": index.source,
+                   "releases": len(releases), "windows_wheels_read": len(found),
+                   "wheels": len(merged.windows_wheels), "github_digests": confirmed,
+                   "notes": notes, "skipped": skipped, "not_covered": gaps.as_dict()},
+                  stream, indent=1)
+        stream.write("\n")
+        return 0
     stream.write(f"{len(releases)} releases, {len(found)} Windows wheels read from the API; "
                  f"{confirmed} of {len(merged.windows_wheels)} wheels now carry GitHub's "
                  f"digest.\n")
@@ -61,5 +81,24 @@ def run_refresh(base: Path | None, api: str | None, out: TextIO | None = None) -
         stream.write(f"  {note}\n")
     for item in skipped:
         stream.write(f"  skipped {item}\n")
+    stream.write(_coverage_text(gaps))
     stream.write(f"Wrote {target} (based on {index.source}); the shipped index is unchanged.\n")
     return 0
+
+
+def _coverage_text(gaps: Coverage) -> str:
+    lines = []
+    if gaps.torch_without_row:
+        lines.append("torch on PyPI without a pairing row: " + ", ".join(gaps.torch_without_row)
+                     + " (planned from torch's own triton pin; the smoke check decides)")
+    if gaps.torch_without_windows:
+        lines.append("torch without a triton-windows pairing: "
+                     + ", ".join(gaps.torch_without_windows))
+    if gaps.triton_windows_new:
+        lines.append("triton-windows minors newer than the table: "
+                     + ", ".join(gaps.triton_windows_new))
+    if gaps.new_wheels:
+        lines.append(f"new fork wheels: {len(gaps.new_wheels)} (listed above)")
+    if not lines:
+        return "The index covers every torch and triton-windows minor on PyPI.\n"
+    return "Not covered by the index yet:\n" + "".join(f"  {line}\n" for line in lines)
