@@ -78,9 +78,10 @@ def test_a_corrupt_refreshed_index_is_moved_aside_by_refresh(tmp_path: Path) -> 
     user.write_bytes(b"\x00 not toml [[[")
     fixtures = Path(__file__).parent / "fixtures" / "github_releases.json"
     _Api.pages = json.loads(fixtures.read_text(encoding="utf-8"))["pages"]
+    _Api.pypi = json.loads((fixtures.parent / "pypi_versions.json").read_text(encoding="utf-8"))
     _Api.requests = []
     with local_server(_Api) as url:
-        result = run_cli(["index", "refresh", "--api", url], env)
+        result = run_cli(["index", "refresh", "--api", url, "--pypi", f"{url}/simple"], env)
     assert result.returncode == 0, result.stderr
     assert "moved to" in result.stderr
     assert user.with_name("wheels_index.toml.corrupt").read_bytes() == b"\x00 not toml [[["
