@@ -49,8 +49,10 @@ _KINDS = [
                 "Use an RTX 30xx or newer GPU; on Windows an RTX 20xx works through Triton."),
     FindingKind("SD113", "gpu", "Turing GPU (sm75)",
                 "Compute capability 7.5 works only through the Windows fork's Triton path, "
-                "with triton-windows below 3.3; upstream Linux builds reject it.",
-                "On Windows: `pip install \"triton-windows<3.3\"`; on Linux use a newer GPU."),
+                "with triton-windows below 3.3 (which pairs with torch 2.6 or older); upstream "
+                "Linux builds reject it.",
+                "On Windows: the triton-windows the Triton finding names (SD146 when this torch "
+                "has none for Turing); on Linux use a newer GPU."),
     FindingKind("SD114", "gpu", "Jetson Orin (sm87) not supported",
                 "Upstream SageAttention raises 'Unsupported CUDA architecture: sm87'.",
                 "No fix upstream; use a discrete GPU."),
@@ -92,14 +94,18 @@ _KINDS = [
                 "Install the app (which brings its torch) first, or pass --venv for its venv."),
     FindingKind("SD142", "torch", "CPU-only PyTorch on an NVIDIA machine",
                 "torch was built without CUDA, so no GPU kernel can run.",
-                "Reinstall torch from the CUDA index, e.g. "
-                "`pip install torch --index-url https://download.pytorch.org/whl/cu128`."),
+                "Reinstall the same torch from a CUDA index PyTorch has for it (the fix line "
+                "names one, e.g. `--index-url https://download.pytorch.org/whl/cu130`)."),
     FindingKind("SD143", "torch", "PyTorch built for ROCm or another backend",
                 "SageAttention needs a CUDA build of torch.",
                 "Install a CUDA build of torch on an NVIDIA machine."),
     FindingKind("SD144", "torch", "PyTorch not built for this GPU",
-                "cu128 and cu130 torch wheels start at Turing (sm75); older GPUs need cu126.",
-                "Install torch from the cu126 index, or use a newer GPU."),
+                "Each CUDA build of torch carries kernels for a range of GPUs (PyTorch's CUDA "
+                "matrix): cu126 spans sm50 to sm90, so Blackwell (RTX 50xx, B200) needs "
+                "CUDA 12.8 or newer; cu128 (from torch 2.11), cu130 and cu132 start at Turing "
+                "(sm75), and torch 2.15 has no cu126 build left.",
+                "Install the same torch from the index the fix line names (a build whose "
+                "arch list has this GPU), or use a GPU that torch serves."),
     FindingKind("SD145", "torch", "PyTorch too old",
                 "SageAttention 2 needs torch 2.4 or newer (custom ops; Windows wheels start at "
                 "2.5).",
@@ -134,8 +140,10 @@ _KINDS = [
                 "provides the same module.",
                 "`python -m pip uninstall -y triton`, then install triton-windows."),
     FindingKind("SD154", "triton", "Triton too new for Turing",
-                "Triton 3.3 dropped Turing (sm75) support.",
-                "`pip install \"triton-windows<3.3\"`."),
+                "Triton 3.3 dropped Turing (sm75) support; torch 2.6 and older pair with "
+                "triton-windows below 3.3.",
+                "Install the triton-windows the fix line names: torch's pairing, which is below "
+                "3.3 for these torch versions."),
     FindingKind("SD160", "sageattention", "SageAttention", "The installed SageAttention.", ""),
     FindingKind("SD161", "sageattention", "SageAttention not installed",
                 "SageAttention 2 is not in the target environment.",

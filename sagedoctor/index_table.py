@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from . import rules
 from .index import WheelIndex, shipped_index, spec_text
 
 BEGIN = "<!-- generated from wheels_index.toml: begin -->"
@@ -22,7 +23,17 @@ def supported_table(index: WheelIndex) -> str:
         windows = f"`{spec_text(pair.windows)}`" if pair.windows else "unknown"
         linux = f"{pair.linux[0]}.{pair.linux[1]}" if pair.linux else "-"
         lines.append(f"| {pair.torch[0]}.{pair.torch[1]} | {windows} | {linux} |")
-    lines += ["", f"Turing (sm75): `triton-windows{spec_text(index.triton.turing_spec)}`.", "",
+    releases = ", ".join(f"{a}.{b}" for a, b in index.triton.windows_releases) or "not recorded"
+    lines += ["", f"Turing (sm75): the pairing intersected with "
+              f"`triton-windows{spec_text(index.triton.turing_spec)}` (torch 2.6 and older).",
+              "", f"triton-windows minors released on PyPI: {releases}.", "",
+              "### PyTorch's CUDA builds per torch (Linux x86-64 and Windows)", "",
+              "| torch | CUDA builds (kernels for) | PyPI's default |", "| --- | --- | --- |"]
+    for minor, release in sorted(rules.TORCH_CUDA_MATRIX.items()):
+        builds = "; ".join(f"{v.label} (sm{', sm'.join(a.replace('.', '') for a in v.archs)})"
+                           for v in release.variants)
+        lines.append(f"| {minor[0]}.{minor[1]} | {builds} | {release.default} |")
+    lines += ["",
               "### SageAttention wheels for Windows", "",
               "| wheel | CUDA | torch | Python | sha256 | known problems |",
               "| --- | --- | --- | --- | --- | --- |"]
@@ -41,11 +52,13 @@ def supported_table(index: WheelIndex) -> str:
         lines.append(f"\nNever `{ref.ref}` (`{ref.commit[:7]}`): {ref.reason}.")
     if index.linux_indexes:
         lines += ["", "### Linux wheel indexes tried first (third-party)", "",
-                  "| index | CUDA | torch | built from | never planned on |",
-                  "| --- | --- | --- | --- | --- |"]
+                  "| index | CUDA | torch | built for | built from | never planned on |",
+                  "| --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {e.url} | {e.cuda} | `{spec_text(e.torch)}` | "
+                  f"{', '.join(e.archs) or 'not recorded'} | "
                   f"{e.source_repository} at `{e.source_ref}` | "
-                  f"{', '.join('sm' + a.replace('.', '') for a in e.broken_archs) or '-'} |"
+                  f"{', '.join('sm' + a.replace('.', '') for a in e.broken_archs) or '-'}; "
+                  "any GPU not built for |"
                   for e in index.linux_indexes]
     return "\n".join(lines) + "\n"
 
