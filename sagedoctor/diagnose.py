@@ -497,6 +497,12 @@ def check_toolchain(tool: ToolchainFacts, target: TargetFacts | None, gpu: GpuFa
                            f"bin/nvcc and include/cuda_runtime.h{why}"))
     if tool.gcc_version is None:
         out.append(finding("SD174", severity, f"gcc not found{why}"))
+    if target is not None and target.torch is not None:
+        standard, standard_why = rules.cxx_standard_for(target.torch)
+        for problem in rules.cxx_toolchain_problems(standard, tool.gcc_version,
+                                                    tool.nvcc_version):
+            out.append(finding("SD149", severity, f"C++{standard} ({standard_why}): "
+                               f"{problem}{why}"))
     if tool.ninja_version is None:
         out.append(finding("SD174", "info", "ninja not found (builds are slower without it)"))
     parts = [f"nvcc {tool.nvcc_version}" if tool.nvcc_version else "no nvcc",

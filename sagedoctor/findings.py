@@ -125,6 +125,10 @@ _KINDS = [
                 "Beside newer GPUs, an RTX 20xx (sm75) cannot run the Triton this torch needs "
                 "(Triton dropped Turing in 3.3); it stays on PyTorch attention.",
                 "Nothing to do for the other GPUs; for this one, a torch 2.6 line."),
+    FindingKind("SD149", "toolchain", "Compiler too old for torch's C++ standard",
+                "torch 2.14 and newer require C++20 in their headers; a source build needs "
+                "gcc 10 or newer and nvcc 12.0 or newer for that (the plan stops with SD206).",
+                "Install gcc 10 or newer (and a CUDA 12+ toolkit) before building."),
     FindingKind("SD150", "triton", "Triton", "The Triton package that serves torch.", ""),
     FindingKind("SD151", "triton", "Triton missing",
                 "`import sageattention` imports triton. On Linux torch pins triton itself; on "

@@ -17,6 +17,8 @@ RECORD_SCHEMA = 1
 class InstallRecord:
     installed: dict[str, str] = field(default_factory=dict)  # name -> version sagedoctor put
     replaced: dict[str, str] = field(default_factory=dict)  # name -> the user's version before
+    # name -> how sagedoctor built what it installed (a source build's C++ standard patch)
+    built: dict[str, str] = field(default_factory=dict)
 
 
 def record_path(prefix: str | Path) -> Path:
@@ -35,7 +37,11 @@ def read_record(prefix: str | Path) -> InstallRecord | None:
     if not all(isinstance(p, dict) and all(isinstance(k, str) and isinstance(v, str)
                                            for k, v in p.items()) for p in parts):
         return None
-    return InstallRecord(dict(parts[0]), dict(parts[1]))  # type: ignore[arg-type]
+    built = data.get("built", {})
+    if not isinstance(built, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in built.items()):
+        built = {}
+    return InstallRecord(dict(parts[0]), dict(parts[1]), dict(built))  # type: ignore[arg-type]
 
 
 def merged_record(old: InstallRecord | None, before: dict[str, str], after: dict[str, str],
@@ -58,12 +64,18 @@ def merged_record(old: InstallRecord | None, before: dict[str, str], after: dict
 
 
 def record_install(prefix: str | Path, before: dict[str, str], after: dict[str, str],
-                   changed: frozenset[str]) -> None:
-    """Called by the executor once a plan has run (names canonical, as installed_* lists)."""
-    record = merged_record(read_record(prefix), before, after, changed)
+                   changed: frozenset[str], built: dict[str, str] | None = None) -> None:
+    """Called by the executor once a plan has run (names canonical, as installed_* lists);
+    `built` says how a distribution it built was made (the patches of its source build)."""
+    old = read_record(prefix)
+    record = merged_record(old, before, after, changed)
+    notes = {n: v for n, v in (old.built if old else {}).items()
+             if n in record.installed and n not in changed}
+    notes.update({str(canonicalize_name(n)): v for n, v in (built or {}).items()})
     path = record_path(prefix)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({"schema": RECORD_SCHEMA, "installed": record.installed,
-                               "replaced": record.replaced}, indent=1), encoding="utf-8")
+                               "replaced": record.replaced, "built": notes}, indent=1),
+                   encoding="utf-8")
     os.replace(tmp, path)

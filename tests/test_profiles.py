@@ -70,6 +70,7 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "windows-rtx2080-turing-torch25": ({"SD113", "SD154", "SD161"}, 1),
     "windows-turing-beside-3090-torch210": ({"SD113", "SD148"}, 0),
     "linux-rtx4090-optional-index": ({"SD161"}, 1),
+    "linux-rtx4090-torch214-gcc9": ({"SD149", "SD161"}, 1),
 }
 
 # Codes a profile must NOT show, where the absence is the point.

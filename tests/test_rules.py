@@ -137,7 +137,7 @@ def test_linux_uses_the_pin_torch_itself_declares() -> None:
 NEW_PROFILES = ("windows-torch214-today", "windows-torch215-no-triton-windows-yet",
                 "linux-h200-torch214-cxx20-build", "linux-rtx5090-torch-cu126",
                 "windows-rtx2080-turing-torch25", "windows-turing-beside-3090-torch210",
-                "linux-rtx4090-optional-index")
+                "linux-rtx4090-optional-index", "linux-rtx4090-torch214-gcc9")
 
 
 def _triton_fixes(findings: list[Finding]) -> set[str]:
@@ -154,6 +154,10 @@ def test_check_and_plan_agree(name: str) -> None:
     if isinstance(result, Blocked):
         # what stops the plan is what check reports, word for word
         for blocker in result.findings:
+            if blocker.code == "SD206":  # the plan's stop is check's SD149, word for word
+                assert any(f.code == "SD149" and f.detail.startswith(blocker.detail)
+                           for f in found)
+                continue
             assert blocker.code in errors
             assert (blocker.detail, blocker.fix) in {(f.detail, f.fix) for f in found}
         return
@@ -385,3 +389,44 @@ def test_a_compiler_too_old_for_cxx20_is_named_before_the_build() -> None:
     assert rules.cxx_toolchain_problems(20, "13.3.0", "11.8.89") == [
         "nvcc 11.8.89 cannot compile C++20 (needs nvcc >= 12.0)"]
     assert rules.cxx_toolchain_problems(17, "9.4.0", "11.8.89") == []
+
+
+def test_a_source_build_for_torch_214_patches_its_copy_and_records_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole route in a real venv: the plan's C++ standard reaches the build's copy of
+    setup.py, the user's folder stays as it was, and the install record says what was done."""
+    import json
+    from dataclasses import replace
+
+    from sagedoctor.install_record import read_record
+    from sagedoctor.resolve import Step
+    from tests.test_install import run_plan
+    from tests.test_install_kit import fake_source, settings_for, torch_venv
+
+    monkeypatch.setenv("SAGEDOCTOR_SMOKE_DEVICE", "cpu")  # the stand-in kernels run on the CPU
+    python, site = torch_venv(tmp_path / "venv ü")
+    source = fake_source(tmp_path / "Sage src")
+    upstream_like = ('CXX_FLAGS = ["-g", "-O3", "-std=c++17"]\n'
+                     'NVCC_FLAGS = ["-O3", "-std=c++17", "--use_fast_math"]\n'
+                     'with open("sageattention/flags.py", "w") as out:\n'
+                     '    out.write(f"CXX = {CXX_FLAGS!r}\\nNVCC = {NVCC_FLAGS!r}\\n")\n')
+    setup = source / "setup.py"
+    setup.write_text(upstream_like + setup.read_text(encoding="utf-8"), encoding="utf-8")
+    before = setup.read_text(encoding="utf-8")
+    messages: list[str] = []
+    step = Step("build-from-source", "Build", "why", ("sageattention",),
+                build=replace(settings_for(str(source)), cxx_standard=20))
+    run_plan(python, tmp_path, step, messages=messages)
+    built = (site / "sageattention" / "flags.py").read_text(encoding="utf-8")
+    assert built == ("CXX = ['-g', '-O3', '-std=c++20']\n"
+                     "NVCC = ['-O3', '-std=c++20', '--use_fast_math']\n")
+    assert setup.read_text(encoding="utf-8") == before
+    assert any("patched the build's copy (setup.py: -std=c++17 -> -std=c++20 (2x))" in m
+               for m in messages)
+    assert any(m.startswith("building: ") and " C++20 " in m for m in messages)
+    record = read_record(python.parent.parent)
+    assert record is not None
+    assert record.built == {"sageattention": "source build, C++ standard of torch's headers: "
+                                             "setup.py: -std=c++17 -> -std=c++20 (2x)"}
+    raw = json.loads((python.parent.parent / "sagedoctor" / "installed.json").read_text())
+    assert raw["installed"]["sageattention"] == "2.2.0"

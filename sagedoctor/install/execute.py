@@ -159,6 +159,7 @@ class Executor:
         self.journal: Journal | None = None
         self.target: dict[str, Any] = {}
         self.fallback_reasons: list[str] = []
+        self.build_patches: list[str] = []  # what a source build patched in its copy
         work.mkdir(parents=True, exist_ok=True)
 
     # --- the run ----------------------------------------------------------------------------
@@ -365,7 +366,8 @@ class Executor:
         journal = self.journal
         wheel = build_wheel(self.python, settings, source, build_dir, self.log.path, self.say,
                             self.installer, started=lambda pid: journal.write(build_pgid=pid),
-                            report_every=self.report_every, cancel=self.cancel)
+                            report_every=self.report_every, cancel=self.cancel,
+                            patched=self.build_patches)
         journal.write(build_pgid=None)
         return self.cache.store_built(key, wheel) if key is not None else wheel
 
@@ -412,8 +414,11 @@ class Executor:
             self._roll_back_and_raise(exc)
         self.journal.write(phase="committed")
         # What sagedoctor installed and replaced, for `sagedoctor uninstall`.
+        built = ({"sageattention": "source build, C++ standard of torch's headers: "
+                                   + "; ".join(self.build_patches)}
+                 if self.build_patches else None)
         record_install(self.plan.prefix, dists_before, now["all"],
-                       self.plan.changed_distributions)
+                       self.plan.changed_distributions, built)
         self.say("committed: " + "; ".join(self.done))
         for reason in self.fallback_reasons:  # said again at the end: the build log is long
             self.say(f"installed by the source build of the pinned commit, because {reason}")

@@ -101,7 +101,8 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
                 log_path: Path, progress: Progress, installer: Installer,
                 started: Callable[[int], None] | None = None,
                 report_every: float = 15.0,
-                cancel: threading.Event | None = None) -> Path:
+                cancel: threading.Event | None = None,
+                patched: list[str] | None = None) -> Path:
     """Build a wheel from `source` into `work`; returns its path. Raises InstallError.
 
     The build's output is appended to `log_path` (the run's one log); `started` gets the
@@ -112,6 +113,8 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
     if not (source / "setup.py").is_file():
         raise InstallError(f"{source} has no setup.py", "pass a SageAttention source folder")
     tree, patches = prepare_tree(source, work, settings)
+    if patched is not None:
+        patched += patches  # for the install record
     if patches:
         progress(f"C++{settings.cxx_standard}, as torch's headers demand: patched the build's "
                  f"copy ({'; '.join(patches)}); {source} is unchanged")

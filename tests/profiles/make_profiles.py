@@ -328,6 +328,13 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "windows-turing-beside-3090-torch210": (WIN_4090, {"gpu": {"gpus": [
         gpu(0, "NVIDIA GeForce RTX 3090", "8.6"),
         gpu(1, "NVIDIA GeForce RTX 2080 SUPER", "7.5", 8192)]}}),
+    # torch 2.14's headers demand C++20, which gcc 9 cannot compile
+    "linux-rtx4090-torch214-gcc9": (LINUX_H200, {"schema_version": 2,
+        "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 4090", "8.9")], "driver_version": "580.95.05"},
+        "target": {"torch": {"version": "2.14.1", "full_version": "2.14.1+cu130", "cuda": "13.0",
+                             "triton_pin": "~=3.8.0", "cxx_standard": 20},
+                   "triton": "3.8.0", "sageattention": None},
+        "toolchain": {"gcc_version": "9.4.0"}}),
     # Astral's builds have no 8.9: an RTX 4090 is built from source instead
     "linux-rtx4090-optional-index": (LINUX_H200, {"schema_version": 2,
         "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 4090", "8.9")], "driver_version": "570.86"},
