@@ -530,10 +530,10 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
         rejected = "; ".join(f"not {r.ref}: {r.reason}" for r in index.build.rejected)
         origin = (f"upstream {index.build.repository} at {index.build.commit[:7]}"
                   + (f" ({rejected})" if rejected else ""))
-    cxx_why = (f" C++{standard} ({standard_why}): the build's copy of setup.py gets -std=c++"
-               f"{standard}." if settings.cxx_standard else "")
+    cxx_why = (f". C++{standard} ({standard_why}): the build's copy of setup.py gets -std=c++"
+               f"{standard}" if settings.cxx_standard else "")
     build_reason = (f"no Linux wheel from the fork; build {origin}. {arch_why}. {parallel_why}. "
-                    f"CUDA_HOME={cuda_home}.{cxx_why}")
+                    f"CUDA_HOME={cuda_home}{cxx_why}")
     replaces = (f"; replaces {target.sageattention.version}"
                 if target.sageattention is not None and target.sageattention.version[:1] == "2"
                 else "")

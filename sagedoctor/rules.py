@@ -80,7 +80,6 @@ _CU126 = _v("cu126", _MAXWELL_TO_HOPPER)
 _CU128_VOLTA = _v("cu128", _VOLTA_TO_BLACKWELL)
 _CU129_VOLTA = _v("cu129", _VOLTA_TO_BLACKWELL)
 _CU128 = _v("cu128", _TURING_TO_BLACKWELL)  # 2.11 dropped Volta from cu128
-_CU129 = _v("cu129", _TURING_TO_BLACKWELL)
 _CU130 = _v("cu130", _TURING_TO_BLACKWELL)
 _CU132 = _v("cu132", _TURING_TO_BLACKWELL)
 
@@ -90,9 +89,11 @@ TORCH_CUDA_MATRIX: dict[tuple[int, int], TorchRelease] = {r.minor: r for r in (
     _release("2.6", "cu124", _CU118, _CU124, _CU126),
     _release("2.7", "cu126", _CU118, _CU126, _CU128_VOLTA),
     _release("2.8", "cu128", _CU126, _CU128_VOLTA, _CU129_VOLTA),
-    _release("2.9", "cu128", _CU126, _CU128_VOLTA, _CU129_VOLTA, _CU130),
-    _release("2.10", "cu128", _CU126, _CU128_VOLTA, _CU129_VOLTA, _CU130),
-    _release("2.11", "cu130", _CU126, _CU128, _CU129, _CU130),
+    # cu129 builds of 2.9-2.11 are uncertain (pytorch/pytorch#187834: "unsupported since
+    # 2.10"): left out, so no fix ever names them.
+    _release("2.9", "cu128", _CU126, _CU128_VOLTA, _CU130),
+    _release("2.10", "cu128", _CU126, _CU128_VOLTA, _CU130),
+    _release("2.11", "cu130", _CU126, _CU128, _CU130),
     _release("2.12", "cu130", _CU126, _CU130, _CU132),
     _release("2.13", "cu130", _CU126, _CU130, _CU132),
     _release("2.14", "cu130", _CU126, _CU130, _CU132),

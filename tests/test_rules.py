@@ -55,7 +55,7 @@ def test_cu126_stops_at_hopper_and_blackwell_needs_cuda_12_8() -> None:
 
 @pytest.mark.parametrize(("torch", "labels", "default"), [
     ("2.7.1", {"cu118", "cu126", "cu128"}, "cu126"),
-    ("2.11.0", {"cu126", "cu128", "cu129", "cu130"}, "cu130"),
+    ("2.11.0", {"cu126", "cu128", "cu130"}, "cu130"),
     ("2.12.1", {"cu126", "cu130", "cu132"}, "cu130"),  # cu128 dropped (pytorch#178665)
     ("2.14.1", {"cu126", "cu130", "cu132"}, "cu130"),  # PyPI's METADATA: cuda-toolkit 13.0.3
     ("2.15.0", {"cu130", "cu132"}, "cu132"),  # cu126 gone (pytorch#190385); 13.2.2 on PyPI
