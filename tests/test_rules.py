@@ -430,3 +430,41 @@ def test_a_source_build_for_torch_214_patches_its_copy_and_records_it(
                                              "setup.py: -std=c++17 -> -std=c++20 (2x)"}
     raw = json.loads((python.parent.parent / "sagedoctor" / "installed.json").read_text())
     assert raw["installed"]["sageattention"] == "2.2.0"
+
+
+# --- Astral's rows: both local-version forms, the arch lists ---------------------------------
+
+@pytest.mark.parametrize(("version", "cuda_label", "torch"), [
+    ("2.2.0+cu.12.8.torch.2.10", "cu128", (2, 10, 0)),  # since 2026-01-23
+    ("2.2.0+cu12.8torch2.10.0cxx11abiTRUE", "cu128", (2, 10, 0)),  # before
+    ("2.2.0+cu.13.0.torch.2.12", "cu130", (2, 12, 0)),
+    ("2.2.0+cu130torch2.10.0andhigher.post6", "cu130", (2, 10, 0)),  # the fork's
+])
+def test_both_astral_local_version_forms_parse(version: str, cuda_label: str,
+                                               torch: tuple[int, int, int]) -> None:
+    from sagedoctor.compat import parse_sage_local
+
+    build = parse_sage_local(version)
+    assert build is not None and (build.cuda_label, build.torch) == (cuda_label, torch)
+
+
+def test_every_astral_row_makes_a_version_its_own_parser_reads() -> None:
+    from sagedoctor import compat
+
+    for entry in INDEX.linux_indexes:
+        version = entry.version_for("2.11.1")
+        assert version is not None and version.endswith("torch.2.11")
+        build = compat.parse_sage_local(version)
+        assert build is not None and compat.sage_serves_torch(build, "2.11.1")
+        assert "8.9" not in entry.archs and entry.missing_for(["8.9", "8.6"]) == ["8.9"]
+
+
+def test_an_index_row_whose_template_makes_no_label_is_rejected() -> None:
+    import tomllib
+
+    from sagedoctor.index import SHIPPED_INDEX, IndexError_, parse_index
+
+    data = tomllib.loads(SHIPPED_INDEX.read_text(encoding="utf-8"))
+    data["linux_indexes"][0]["version"] = "2.2.0+{cuda}"
+    with pytest.raises(IndexError_, match=r"makes no cuXYtorchA\.B label"):
+        parse_index(data, "test")
