@@ -460,11 +460,9 @@ def test_every_astral_row_makes_a_version_its_own_parser_reads() -> None:
 
 
 def test_an_index_row_whose_template_makes_no_label_is_rejected() -> None:
-    import tomllib
+    from sagedoctor.index import SHIPPED_INDEX, IndexError_, parse_index, parse_toml
 
-    from sagedoctor.index import SHIPPED_INDEX, IndexError_, parse_index
-
-    data = tomllib.loads(SHIPPED_INDEX.read_text(encoding="utf-8"))
+    data = parse_toml(SHIPPED_INDEX.read_text(encoding="utf-8"), "test")
     data["linux_indexes"][0]["version"] = "2.2.0+{cuda}"
     with pytest.raises(IndexError_, match=r"makes no cuXYtorchA\.B label"):
         parse_index(data, "test")
