@@ -354,6 +354,11 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
     return steps, notes, []
 
 
+# The post6 `andhigher` wheels are reported working with torch 2.12 and 2.13 (DazzleML's
+# supported_wheels.md, 3rd-party); beyond that only the fork's ">= 2.10" and the smoke check.
+_ANDHIGHER_REPORTED_UP_TO = (2, 13)
+
+
 def _wheel_reason(wheel: WindowsWheel, target: TargetFacts, torch_label: str,
                   cuda_major: int | None) -> str:
     """'cu130 wheel: torch 2.13.0+cu130 is CUDA 13; andhigher.post6: torch >= 2.10, Python
@@ -367,6 +372,10 @@ def _wheel_reason(wheel: WindowsWheel, target: TargetFacts, torch_label: str,
     python = ".".join(target.python_version.split(".")[:2])
     reason = (f"cu{wheel.cuda.replace('.', '')} wheel: torch {torch_label} is CUDA {cuda_major}; "
               f"{label}: {served}, Python {python}")
+    minor = compat.minor_of(target.torch.version if target.torch else None)
+    if wheel.and_higher and minor is not None and minor > _ANDHIGHER_REPORTED_UP_TO:
+        reason += (f"; reported working up to torch {_ANDHIGHER_REPORTED_UP_TO[0]}."
+                   f"{_ANDHIGHER_REPORTED_UP_TO[1]}: the smoke check after the install decides")
     if wheel.sha256_source == "third-party":
         reason += ("; its sha256 comes from a third party and is checked against GitHub's "
                    "asset digest on first download")

@@ -173,6 +173,7 @@ def test_todays_torch_on_windows_gets_triton_38_and_the_post6_cu130_wheel() -> N
     assert [(s.action, s.requirement or (s.wheel.file if s.wheel else None))
             for s in plan.steps[:2]] == [("install", "triton-windows>=3.8,<3.9"),
                                          ("install-wheel", POST6_130)]
+    assert "the smoke check after the install decides" in plan.steps[1].reason
 
 
 def test_todays_torch_on_linux_plans_a_cxx20_build() -> None:
