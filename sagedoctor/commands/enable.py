@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from .. import exit_codes
 from ..errors import SagedoctorError
 from ..facts import TargetFacts
 
@@ -37,7 +38,10 @@ HOOK_LINE = ("import sys; any(getattr(f, '__name__', '') == '_SagedoctorFinder' 
 
 
 class EnableError(SagedoctorError):
+    """enable's precondition (the runtime, a passing verify) is missing: fixable."""
+
     code = "SD930"
+    exit_status = exit_codes.FIXABLE
 
 
 def hook_path(target: TargetFacts) -> Path:
