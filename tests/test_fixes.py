@@ -25,12 +25,9 @@ REPAIR = ("InvokeAI venv: run the Invoke launcher's Repair (it reinstalls the to
 # (profile, code) -> the exact fix `check` prints
 CHECK_FIXES: dict[tuple[str, str], str] = {
     # venvs with pip: `python -m pip`, torch from the index of the build the GPU needs
-    ("linux-gtx1080-cu128", "SD144"):
-        f"{LINUX_PY} -m pip install --force-reinstall torch==2.7.1 "
-        "--index-url https://download.pytorch.org/whl/cu126",
-    ("linux-h100-plus-v100", "SD144"):
-        f"{LINUX_PY} -m pip install --force-reinstall torch==2.11.0 "
-        "--index-url https://download.pytorch.org/whl/cu126",
+    # a GPU SageAttention does not use (SD112) asks nothing of torch, beside an H100 or alone
+    ("linux-gtx1080-cu128", "SD144"): "",
+    ("linux-h100-plus-v100", "SD144"): "",
     # a pip dist-info without its package: pip cannot start, so uv
     ("linux-stale-pip-cpu-torch", "SD142"):
         f"uv pip install --python {LINUX_PY} --reinstall-package torch torch==2.11.0 "
@@ -44,7 +41,19 @@ CHECK_FIXES: dict[tuple[str, str], str] = {
     ("windows-cpu-torch", "SD142"):
         f"{REPAIR}uv pip install --python {WIN_PY} --reinstall-package torch torch==2.7.1 "
         "--index-url https://download.pytorch.org/whl/cu128",
-    ("windows-plain-triton", "SD153"): f"uv pip uninstall --python {WIN_PY} triton",
+    # removing triton deletes triton-windows' files too (one folder): it goes back in after
+    ("windows-plain-triton", "SD153"):
+        "`sagedoctor install --venv C:\\Users\\Ana\\invokeai\\.venv` (removes triton, puts "
+        f"triton-windows back), or by hand: uv pip uninstall --python {WIN_PY} triton, then "
+        f'uv pip install --python {WIN_PY} --reinstall-package triton-windows '
+        '"triton-windows>=3.6,<3.7"',
+    # the GTX 1080 says what it would take
+    ("linux-gtx1080-cu128", "SD112"): "Use a GPU of compute capability 8.0 or newer (RTX 30xx, "
+                                      "A100 or newer); on Windows an RTX 20xx (7.5) works "
+                                      "through Triton.",
+    # Turing on Windows: the venv's own installer, never a bare pip
+    ("windows-rtx2080-turing", "SD113"):
+        f'uv pip install --python {WIN_PY} "triton-windows<3.3"',
     ("windows-rtx2080-turing", "SD154"): f'uv pip install --python {WIN_PY} "triton-windows<3.3"',
     ("windows-triton-mismatch", "SD152"):
         f'uv pip install --python {WIN_PY} "triton-windows>=3.3,<3.4"',

@@ -22,12 +22,12 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "wsl-rtx3090-needs-install": ({"SD102", "SD161", "SD171"}, 1),
     "linux-v100": ({"SD112", "SD144"}, 2),
     "linux-t4-turing": ({"SD113"}, 2),
-    "windows-rtx2080-turing": ({"SD113", "SD154"}, 0),
+    "windows-rtx2080-turing": ({"SD113", "SD154", "SD191"}, 1),
     "linux-orin-sm87": ({"SD114"}, 2),
     "linux-r470-unknown-gpu": ({"SD115", "SD161"}, 1),
     "linux-gpu-listing-hung": ({"SD116"}, 1),
     "linux-driver-too-old-for-cu130": ({"SD120"}, 1),
-    "windows-driver-unknown": ({"SD121"}, 0),
+    "windows-driver-unknown": ({"SD121", "SD191"}, 1),
     "windows-embedded-python-no-headers": ({"SD131"}, 1),
     "linux-system-python-readonly": ({"SD132", "SD134"}, 1),
     "windows-python38": ({"SD133"}, 1),
@@ -43,23 +43,25 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "windows-sage-cuda-major-mismatch": ({"SD163"}, 1),
     "windows-sage-torch-mismatch": ({"SD163"}, 1),
     "linux-4090-sm80-only-build-old-nvcc": ({"SD164", "SD172"}, 1),
-    "linux-egg-leftovers": ({"SD165"}, 0),
+    "linux-egg-leftovers": ({"SD165"}, 1),  # the plan moves them aside: an error to fix
     "linux-nvcc-major-mismatch-no-gcc": ({"SD161", "SD173", "SD174"}, 1),
     "windows-invokeai-backend-set-but-unsupported": ({"SD182", "SD184"}, 1),
-    "windows-invokeai-yaml-broken": ({"SD183"}, 0),
+    "windows-invokeai-yaml-broken": ({"SD183", "SD191"}, 1),
     "linux-target-probe-failed": ({"SD190"}, 1),
     "linux-h100-plus-v100": ({"SD112", "SD144"}, 1),
     "windows-rtx5090-torch213-ready": (set(), 0),
     "linux-uv-venv-triton-mismatch": ({"SD152"}, 1),
     "linux-stale-pip-cpu-torch": ({"SD142"}, 1),
     "linux-wrapper-nvcc-no-toolkit": ({"SD161", "SD175", "SD176"}, 1),
-    "linux-cuda-home-points-nowhere": ({"SD175"}, 0),
-    "windows-invokeai-sliced": ({"SD182", "SD185"}, 0),
-    "windows-invokeai-launcher-updated": ({"SD187", "SD188"}, 0),
+    "linux-cuda-home-points-nowhere": ({"SD175", "SD191"}, 1),
+    "windows-invokeai-sliced": ({"SD182", "SD185", "SD191"}, 1),
+    "windows-invokeai-launcher-updated": ({"SD187", "SD188", "SD191"}, 1),
     # After verify found sageattn() garbage on the H200 (tag v2.2.0 build): an error.
     "linux-h200-sageattn-wrong": ({"SD166", "SD167"}, 1),
-    "linux-h200-verify-stale": ({"SD166", "SD168"}, 0),
-    "windows-4090-unverified": ({"SD169", "SD182"}, 0),
+    "linux-h200-verify-stale": ({"SD166", "SD168", "SD191"}, 1),
+    "windows-4090-unverified": ({"SD169", "SD182", "SD191"}, 1),  # no runtime: install, verify
+    "windows-4090-post5-nan-wheel": ({"SD192"}, 1),
+    "windows-invokeai-backend-not-set": ({"SD193"}, 1),
 }
 
 # Codes a profile must NOT show, where the absence is the point.
@@ -68,7 +70,19 @@ ABSENT: dict[str, set[str]] = {
     "windows-rtx5090-torch213-ready": {"SD152", "SD163", "SD164", "SD151"},
     "windows-rtx2080-turing": {"SD112"},  # Turing works on Windows through Triton
     "linux-h100-plus-v100": {"SD111"},
+    "windows-4090-post5-nan-wheel": {"SD191", "SD163"},
 }
+
+
+def test_the_ready_profiles_carry_the_runtime_this_sagedoctor_bundles() -> None:
+    from sagedoctor import __version__
+    from tests.profiles.make_profiles import RUNTIME
+
+    # after a version bump: set RUNTIME and run tests/profiles/make_profiles.py
+    assert __version__ == RUNTIME
+    for name in ("linux-h200-ready", "windows-rtx5090-torch213-ready"):
+        facts = load_facts_file(PROFILES / f"{name}.json")
+        assert facts.target is not None and facts.target.runtime == __version__
 
 
 def test_every_profile_file_has_an_expectation() -> None:

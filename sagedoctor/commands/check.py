@@ -37,7 +37,14 @@ def run_check(options: CheckOptions, out: TextIO | None = None) -> int:
                          areas=options.areas)
         )
         source = "this machine"
-    findings = findings_for_areas(diagnose(facts), options.areas)
+    if set(options.areas) >= set(AREAS):
+        # The whole check: the plan's verdict is part of it, so the two always agree.
+        from ..assess import assess
+        from ..index import load_index
+
+        findings = list(assess(facts, load_index(None)).findings)
+    else:  # one area: its own findings (a blocked install shows in the whole check)
+        findings = findings_for_areas(diagnose(facts), options.areas)
     if options.as_json:
         stream.write(render_json(facts, findings, getattr(stream, "encoding", None)))
     else:

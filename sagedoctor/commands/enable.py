@@ -11,8 +11,8 @@ from typing import TextIO
 from .. import exit_codes
 from ..errors import SagedoctorError
 from ..facts import TargetFacts
+from ..state import HOOK_FILE as HOOK_FILE  # re-exported: where enable writes it
 
-HOOK_FILE = "sagedoctor-runtime.pth"
 # The .pth line defines a finder inline instead of importing the runtime: an import from
 # site-packages at every start was most of the hook's cost in `python -c pass` (about 0.6 ms of
 # 10). The finder waits for torch.nn.functional, then hands over to sagedoctor_runtime.start;

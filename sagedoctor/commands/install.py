@@ -98,10 +98,15 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
         else:
             stream.write(render_plan_text(result, header=f"index: {index.source}"))
         return plan_exit_code(result)
-    from ..install.execute import execute_plan
-
     stream.write(render_plan_text(result, header=f"index: {index.source}"))
     stream.flush()
+    if result.steps and all(step.action == "verify" for step in result.steps):
+        # Nothing to install, only a verify to redo (the hooked venv after a torch rewrite):
+        # no lock, no snapshot, no transaction for a venv that is not changed.
+        return run_verify(Path(result.python), Path(result.prefix), options.quick_verify,
+                          options.plan.as_json, stream)
+    from ..install.execute import execute_plan
+
 
     def progress(message: str) -> None:
         stream.write(f"  {message}\n")
