@@ -64,13 +64,20 @@ def _check_source_url(parser: argparse.ArgumentParser, args: argparse.Namespace)
                            "an https URL (http only for 127.0.0.1 or localhost)")
 
 
+def _folder(text: str) -> Path:
+    """A path option: "" would be the current folder (`--root ""` wrote ./invokeai.yaml)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name the folder")
+    return Path(text)
+
+
 def _target_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--venv", type=Path, metavar="DIR",
+    group.add_argument("--venv", type=_folder, metavar="DIR",
                        help="the target virtual environment (default: InvokeAI's, else the "
                             "active one, else this interpreter)")
-    group.add_argument("--python", type=Path, metavar="EXE", help="the target interpreter")
-    parser.add_argument("--root", type=Path, metavar="DIR", help="the InvokeAI root folder")
+    group.add_argument("--python", type=_folder, metavar="EXE", help="the target interpreter")
+    parser.add_argument("--root", type=_folder, metavar="DIR", help="the InvokeAI root folder")
 
 
 def _route_options(p: argparse.ArgumentParser) -> None:

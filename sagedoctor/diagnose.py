@@ -554,6 +554,10 @@ def check_invokeai(facts: Facts) -> list[Finding]:
     out.append(finding("SD180", "ok", f"{version} at {inv.root} (from {inv.root_source}); "
                        f"{config}"))
     pending = invokeai_switch_pending(facts)
+    if inv.root_source == "--root" and not inv.installed and not inv.config_exists:
+        # The plan's edit would create invokeai.yaml in a folder InvokeAI never reads.
+        out.append(finding("SD197", "error" if pending else "warn",
+                           f"{inv.root} (from --root) holds no invokeai.yaml and no .venv"))
     if inv.config_error:
         # The plan's edit step would meet this file: the plan blocks on it, so check says so.
         out.append(finding("SD183", "error" if pending else "warn", inv.config_error))

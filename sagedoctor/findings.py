@@ -7,6 +7,8 @@ from dataclasses import dataclass
 SEVERITIES = ("ok", "info", "warn", "error")
 # The one finding per area that carries its summary line.
 SUMMARY_CODES = frozenset({"SD100", "SD110", "SD130", "SD140", "SD150", "SD160", "SD170", "SD180"})
+# Found by the install's preflight (what the commit phase would meet), not by `check`.
+PREFLIGHT_CODES = frozenset({"SD195", "SD196", "SD198"})
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,23 @@ _KINDS = [
                 "This InvokeAI has an attention_backend setting with a SageAttention choice, "
                 "and invokeai.yaml does not select it: `sagedoctor install` sets it.",
                 "`sagedoctor install --venv VENV`."),
+    FindingKind("SD195", "invokeai", "invokeai.yaml not writable",
+                "The install's edit step writes invokeai.yaml atomically beside a backup: the "
+                "file and its folder must be writable by this user. Found before any download.",
+                "Run as the user who owns the InvokeAI root, or fix its permissions."),
+    FindingKind("SD196", "invokeai", "InvokeAI is running",
+                "`invokeai-web` of the target venv (or root) runs: its files are in use, and "
+                "it rewrites invokeai.yaml from its settings page. Found before any download.",
+                "Stop InvokeAI, then run the install again."),
+    FindingKind("SD197", "invokeai", "Not an InvokeAI root",
+                "The folder the edit step would write invokeai.yaml into holds no InvokeAI "
+                "root marker (invokeai.yaml, .venv, databases, models).",
+                "Pass --root with the folder InvokeAI uses (INVOKEAI_ROOT), or leave --root "
+                "out."),
+    FindingKind("SD198", "system", "Not enough disk space",
+                "A source build needs about 3 GiB in the temporary folder; the venv and the "
+                "backups of what is replaced about 0.5 GiB each. Found before any download.",
+                "Free space (or point TMPDIR at a larger disk), then run again."),
     FindingKind("SD190", "*", "Could not check",
                 "A probe failed or timed out; its areas were not checked.",
                 "Run with -v for details; the message names the failing step."),

@@ -145,6 +145,11 @@ def _read(path: Path) -> tuple[bool, str, str]:
     return bom, text.replace("\r\n", "\n"), newline
 
 
+def read_config_text(path: Path) -> str:
+    """The file's text as the edit reads it (the install's preflight reads it the same way)."""
+    return _read(path)[1]
+
+
 MAX_FLOW_DEPTH = 64  # InvokeAI's own file nests 2 deep
 
 

@@ -35,10 +35,11 @@ RUNTIME_DIST = "sagedoctor-runtime"
 
 # Findings from `check` that no install step can fix: the plan stops and shows them, at the
 # severity check gives them (SD144 is an error only for a GPU SageAttention would use; SD183
-# only where the plan would edit that invokeai.yaml; SD184: InvokeAI would not start).
+# and SD197 only where the plan would edit that invokeai.yaml; SD184: InvokeAI would not
+# start).
 _BLOCKING_CODES = frozenset({
     "SD101", "SD111", "SD112", "SD113", "SD114", "SD116", "SD120", "SD131", "SD132", "SD133",
-    "SD141", "SD142", "SD143", "SD144", "SD145", "SD183", "SD184", "SD190",
+    "SD141", "SD142", "SD143", "SD144", "SD145", "SD183", "SD184", "SD190", "SD197",
 })
 
 

@@ -104,6 +104,14 @@ def invokeai_with_backend(config_error: str | None = None) -> Mutation:
     return mutate
 
 
+def _not_a_root(facts: Facts | None) -> Facts | None:
+    """`--root` naming a folder with no invokeai.yaml and no .venv."""
+    if facts is None or facts.invokeai is None:
+        return None
+    return replace(facts, invokeai=replace(facts.invokeai, root_source="--root",
+                                           installed=False, venv=None, config_exists=False))
+
+
 def gpus(*ccs: str) -> Mutation:
     def mutate(facts: Facts) -> Facts | None:
         base = with_runtime(facts)
@@ -132,6 +140,8 @@ MUTATIONS: dict[str, Mutation] = {
     "invokeai-backend": invokeai_with_backend(),
     "invokeai-backend-yaml-broken": invokeai_with_backend("invokeai.yaml: duplicate key "
                                                           "'attention_type' (line 7)"),
+    "invokeai-backend-root-not-a-root": lambda facts: _not_a_root(
+        invokeai_with_backend()(facts)),
     "b300": gpus("10.3"),
     "h100-v100": gpus("9.0", "7.0"),
     "b300-h100": gpus("10.3", "9.0"),
@@ -155,7 +165,8 @@ _TURING_VARIANTS = ("as-recorded", "runtime", "verified-hooked", "stale-hooked",
                     "hooked-no-record", "leftovers", "invokeai-backend", "plain-triton")
 TURING_XFAIL = frozenset(f"windows-rtx2080-turing/{m}" for m in _TURING_VARIANTS)
 # blocked by the broken invokeai.yaml, so check and plan agree; the fixes still loop
-TURING_XFAIL_FIXES = TURING_XFAIL | {"windows-rtx2080-turing/invokeai-backend-yaml-broken"}
+TURING_XFAIL_FIXES = TURING_XFAIL | {"windows-rtx2080-turing/invokeai-backend-yaml-broken",
+                                     "windows-rtx2080-turing/invokeai-backend-root-not-a-root"}
 
 
 def _params(xfail: frozenset[str]) -> list[object]:
@@ -267,7 +278,8 @@ def test_the_variations_are_not_vacuous() -> None:
     blocked = [r for r in results if isinstance(r.plan, Blocked)]
     assert len(empty) >= 10 and len(steps) >= 50 and len(blocked) >= 50
     codes = {f.code for r in results for f in r.findings if f.severity == "error"}
-    assert {"SD168", "SD191", "SD193", "SD183", "SD165", "SD205", "SD203", "SD204"} <= codes
+    assert {"SD168", "SD191", "SD193", "SD183", "SD165", "SD205", "SD203", "SD204",
+            "SD197"} <= codes
 
 
 # --- what a fix does to the facts (the model the properties replay) ---------------------------

@@ -299,6 +299,14 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "windows-invokeai-backend-not-set": (WIN_4090, {"target": {"runtime": RUNTIME, "invokeai": {
         "version": "6.15.0", "attention_backend_supported": True,
         "attention_backend_choices": ["auto", "torch-sdp", "sage"]}}}),
+    # `--root` names an empty folder: the edit would create an invokeai.yaml InvokeAI never reads
+    "windows-invokeai-root-not-a-root": (WIN_4090, {
+        "target": {"runtime": RUNTIME, "invokeai": {
+            "version": "6.15.0", "attention_backend_supported": True,
+            "attention_backend_choices": ["auto", "torch-sdp", "sage"]}},
+        "invokeai": {"root": "D:\\Downloads", "root_source": "--root", "installed": False,
+                     "venv": None, "config_path": "D:\\Downloads\\invokeai.yaml",
+                     "config_exists": False, "schema_version": None, "attention_type": None}}),
     "windows-rtx5090-torch213-ready": (WIN_4090, {
         "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 5090", "12.0", 32607)],
                 "driver_version": "581.57"},
