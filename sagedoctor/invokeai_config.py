@@ -192,7 +192,12 @@ def edited_text(text: str, settings: Mapping[str, str], path: Path) -> str:
     try:
         data = yaml.load(text) if text.strip() else None
     except YAMLError as exc:
-        raise InvokeAIConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}",
+        # ruamel's first line is the context ("while constructing a mapping"); the problem
+        # ("found duplicate key ...") and its line say what to fix.
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [""])[0]
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise InvokeAIConfigError(f"{path} is not valid YAML: {str(problem)[:200]}{where}",
                                   "fix the file (or move it away) and run again") from exc
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # ruamel's constructors raise these for values such as a date with month 13.
