@@ -251,7 +251,8 @@ _KINDS = [
     FindingKind("SD205", "gpu", "No GPU to build for",
                 "None of the NVIDIA GPUs has an architecture upstream SageAttention builds "
                 "(8.0, 8.6, 8.9, 9.0, 10.0, 12.0, 12.1).",
-                "Use a GPU of compute capability 8.0 or newer (not Jetson Orin)."),
+                "Use a GPU of one of those architectures; for another, build SageAttention "
+                "yourself (a build `check` finds nothing wrong with is kept as it is)."),
     FindingKind("SD191", "sageattention", "SDPA-routing runtime not installed",
                 "The venv lacks the sagedoctor-runtime this sagedoctor bundles (or has another "
                 "version): nothing routes the app's attention to SageAttention, and `sagedoctor "

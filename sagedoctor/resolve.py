@@ -477,8 +477,9 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
             notes.append(f"{gpu_label(g)}: upstream builds no kernels for it; it stays on "
                          "PyTorch attention")
     if not archs:
-        return steps, notes, [finding("SD205", "error",
-                                      "; ".join(gpu_label(g) for g in gpus) or "no NVIDIA GPU")]
+        return steps, notes, [finding("SD205", "error", "; ".join(
+            f"{gpu_label(g)}: upstream builds no kernels for it" for g in gpus)
+            or "no NVIDIA GPU")]
     blockers = _toolchain_blockers(facts, index, archs, build.cuda_major)
     system = facts.system
     jobs, ext, threads, parallel_why = build_parallelism(
