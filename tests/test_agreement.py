@@ -225,6 +225,11 @@ def _assert_fixes_fit(facts: Facts, result: Assessment) -> None:
                 assert f"--python {python}" in fix, (f.code, fix)
             if "sagedoctor verify" in fix:
                 assert target.runtime is not None, (f.code, fix)  # its self-test is in it
+        if isinstance(plan, Plan):  # a Triton the fix installs is the one the plan installs
+            planned = [s.requirement for s in plan.steps if s.action == "install"
+                       and s.requirement and s.requirement.startswith("triton-windows")]
+            for spec in re.findall(r'"(triton-windows[^"]*)"', fix):
+                assert not planned or spec in planned, (f.code, fix, planned)
         if "sagedoctor install" in fix:
             assert runs_install or fix.startswith(("first fix SD", "none here")), \
                 (f.code, fix, plan)
