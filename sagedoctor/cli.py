@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from . import __version__
+from . import __version__, exit_codes
 from .areas import AREAS
 from .errors import SagedoctorError, TargetError
 
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from .commands.plan import PlanOptions
     from .facts import TargetFacts
 
-EXIT_TOOL_FAILED = 3
-EXIT_USAGE = 64  # BSD's EX_USAGE: argparse's own 2 would read as "cannot work on this machine"
+EXIT_TOOL_FAILED = exit_codes.TOOL_FAILED
+EXIT_USAGE = exit_codes.USAGE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,13 +38,46 @@ def _safe_streams() -> None:
             reconfigure(errors="backslashreplace")
 
 
+def _at_least_one(text: str) -> int:
+    """--repeat N: a count of runs, so 0 (no verify at all) is a usage error, not a pass."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} runs: it must be 1 or more")
+    return value
+
+
+def _check_source_url(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--source-url (or SAGEDOCTOR_SOURCE_URL) is refused before any probe or plan."""
+    from .commands.install import source_url_problem
+    from .errors import SettingError
+
+    if args.source_url is not None:
+        problem = source_url_problem(args.source_url)
+        if problem:
+            parser.error(f"--source-url {args.source_url!r}: {problem}")
+    env = os.environ.get("SAGEDOCTOR_SOURCE_URL") or ""
+    if env and args.source_url is None and source_url_problem(env):
+        raise SettingError("SAGEDOCTOR_SOURCE_URL", env,
+                           "an https URL (http only for 127.0.0.1 or localhost)")
+
+
+def _folder(text: str) -> Path:
+    """A path option: "" would be the current folder (`--root ""` wrote ./invokeai.yaml)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name the folder")
+    return Path(text)
+
+
 def _target_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--venv", type=Path, metavar="DIR",
+    group.add_argument("--venv", type=_folder, metavar="DIR",
                        help="the target virtual environment (default: InvokeAI's, else the "
                             "active one, else this interpreter)")
-    group.add_argument("--python", type=Path, metavar="EXE", help="the target interpreter")
-    parser.add_argument("--root", type=Path, metavar="DIR", help="the InvokeAI root folder")
+    group.add_argument("--python", type=_folder, metavar="EXE", help="the target interpreter")
+    parser.add_argument("--root", type=_folder, metavar="DIR", help="the InvokeAI root folder")
 
 
 def _route_options(p: argparse.ArgumentParser) -> None:
@@ -117,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "the runtime uses. Exit 1 if no kernel is used.")
     _target_options(verify)
     verify.add_argument("--quick", action="store_true", help="a short sweep of lengths")
-    verify.add_argument("--repeat", type=int, default=1, metavar="N",
+    verify.add_argument("--repeat", type=_at_least_one, default=1, metavar="N",
                         help="run N times and report how far the runs agree")
     verify.add_argument("--fresh", action="store_true",
                         help="decide every shape anew, ignoring what earlier runs stored")
@@ -129,8 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "plan the repair (a rebuild for the new torch, another wheel or "
                     "triton-windows), carry it out through the install transaction and verify "
                     "once more. Exit codes: 0 verified, 1 routing off (not repairable here, or "
-                    "the repair not confirmed), 3 sagedoctor or the repair failed, 64 a usage "
-                    "error.")
+                    "the repair not confirmed) or the target cannot be inspected, 3 sagedoctor "
+                    "or the repair failed, 64 a usage error.")
     _target_options(post)
     _route_options(post)
     post.add_argument("--yes", action="store_true", help="carry out the repair without asking")
@@ -247,6 +280,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             if args.source is not None and not args.source.is_dir():
                 parser.error(f"--source {args.source}: not a folder")
+            if args.facts is not None and not args.dry_run:
+                parser.error("--facts describes another machine: use it with --dry-run (or "
+                             "`sagedoctor plan --facts`)")
+            _check_source_url(parser, args)
             return run_install(InstallOptions(_plan_options(args), dry_run=args.dry_run,
                                               quick_verify=args.quick, offline=args.offline,
                                               source_url=args.source_url))
@@ -255,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             if args.source is not None and not args.source.is_dir():
                 parser.error(f"--source {args.source}: not a folder")
+            _check_source_url(parser, args)
             return run_post_update(PostUpdateOptions(
                 venv=args.venv, python=args.python, root=args.root, index_file=args.index,
                 source_dir=args.source, source_url=args.source_url,
@@ -287,10 +325,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sagedoctor: error {exc.code}: {exc.message}", file=sys.stderr)
         if exc.fix:
             print(f"  fix: {exc.fix}", file=sys.stderr)
-        return EXIT_TOOL_FAILED
+        return exc.exit_status
     except KeyboardInterrupt:
         print("sagedoctor: interrupted", file=sys.stderr)
-        return 130
+        return exit_codes.INTERRUPTED
     except Exception:
         if getattr(args, "verbose", False):
             traceback.print_exc()

@@ -4,11 +4,12 @@ with a Windows profile."""
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from collections.abc import Iterable
 
 from packaging.version import Version
 
-from . import compat, rules
+from . import __version__, compat, rules
 from .areas import AREAS
 from .facts import (
     Facts,
@@ -24,10 +25,20 @@ from .facts import (
 )
 from .findings import Finding, finding
 from .index import TritonRules, WheelIndex, shipped_index
+from .requirements import (
+    gpu_service,
+    hooked_but_unverified,
+    invokeai_switch_pending,
+    known_wheel_problems,
+    public_version,
+    runtime_shortfall,
+    verification_is_current,
+)
 
 _PROBE_AREA = {"system": "system", "gpu": "gpu", "target": "python", "toolchain": "toolchain",
                "invokeai": "invokeai"}
-_NEEDS_BUILD_CODES = frozenset({"SD161", "SD162", "SD163", "SD164", "SD167"})
+# Findings that make the plan install SageAttention (a wheel or a build).
+_NEEDS_BUILD_CODES = frozenset({"SD161", "SD162", "SD163", "SD164", "SD167", "SD192"})
 
 
 def quote(arg: str, os_name: str) -> str:
@@ -122,6 +133,15 @@ def _venv_arg(target: TargetFacts, os_name: str) -> str:
     return quote(target.prefix, os_name)
 
 
+def verify_command(target: TargetFacts, os_name: str) -> str:
+    """`sagedoctor verify` runs the runtime's self-test: without a runtime in the venv it
+    cannot start, and the install (which verifies at its end) is the command to give."""
+    if target.runtime is None:
+        return (f"sagedoctor install --venv {_venv_arg(target, os_name)} (it bundles the "
+                "runtime, then verifies)")
+    return f"sagedoctor verify --venv {_venv_arg(target, os_name)}"
+
+
 def linux_triton_fix(target: TargetFacts, want: str | None) -> str:
     """torch on Linux pins one triton: installing the same torch build again from its own
     index brings that triton back without changing torch."""
@@ -194,12 +214,16 @@ def check_gpu(gpu: GpuFacts, os_name: str, target: TargetFacts | None) -> list[F
                                    "names the triton-windows that serves it with this torch."))
             else:
                 out.append(finding("SD113", "warn" if usable else "error",
-                                   f"{gpu_label(g)}: upstream Linux builds reject sm75{unused}",
-                                   fatal=not usable))
+                                   f"{gpu_label(g)}: upstream Linux builds reject sm75; "
+                                   f"SageAttention needs compute capability 8.0 or newer here"
+                                   f"{unused}", "Use a GPU of compute capability 8.0 or newer "
+                                   "(RTX 30xx, A100 or newer).", fatal=not usable))
         elif cc < (8, 0):
+            need = ("8.0 or newer (7.5 through Triton on Windows)" if os_name == "windows"
+                    else "8.0 or newer")
             out.append(finding("SD112", "warn" if usable else "error",
-                               f"{gpu_label(g)} has compute capability {g.compute_capability}"
-                               f"{unused}", fatal=not usable))
+                               f"{gpu_label(g)} has compute capability {g.compute_capability}; "
+                               f"SageAttention needs {need}{unused}", fatal=not usable))
 
     listing = "; ".join(
         f"{gpu_label(g)}" + (f", {g.memory_mib // 1024} GiB" if g.memory_mib else "")
@@ -243,7 +267,7 @@ def _driver_fix(target: TargetFacts, gpu: GpuFacts, os_name: str, minimum: str) 
     ccs = [g.compute_capability for g in gpu.nvidia if g.compute_capability]
     variant = rules.pick_variant(target.torch.version, ccs,
                                  _driver_majors(gpu.driver_version, os_name))
-    public = _public_version(target.torch.version) or target.torch.version
+    public = public_version(target.torch.version) or target.torch.version
     if variant is None:
         return f"{update}: no torch {public} build runs on driver {gpu.driver_version}."
     return (f"{update}, or install torch {public} built for CUDA {variant.cuda}: "
@@ -277,8 +301,8 @@ def check_python(target: TargetFacts, os_name: str) -> list[Finding]:
 
 
 def torch_kernel_findings(target: TargetFacts, gpus: Iterable[Gpu], os_name: str,
-                          all_gpus: Iterable[Gpu] = (), machine: str = "x86_64"
-                          ) -> list[Finding]:
+                          all_gpus: Iterable[Gpu] = (), machine: str = "x86_64",
+                          nvcc_version: str | None = None) -> list[Finding]:
     """SD144 for each GPU this torch CUDA build has no kernels for, with the one build of the
     same torch (PyTorch's CUDA matrix) that serves them all; `check` and `plan` both ask."""
     torch = target.torch
@@ -291,13 +315,19 @@ def torch_kernel_findings(target: TargetFacts, gpus: Iterable[Gpu], os_name: str
                and not rules.build_serves(build, torch.version, g.compute_capability, machine)]
     if not lacking:
         return []
-    public = _public_version(torch.version) or torch.version
+    public = public_version(torch.version) or torch.version
     everyone = [g.compute_capability for g in (*all_gpus, *lacking) if g.compute_capability]
     variant = None if machine != "x86_64" else (
         rules.pick_variant(torch.version, everyone)
         or rules.pick_variant(torch.version, [g.compute_capability or "" for g in lacking]))
     if variant is not None:
         fix = torch_fix(target, os_name, f"torch=={public}", variant.index_url, force=True)
+        nvcc = compat.minor_of(nvcc_version) if os_name == "linux" else None
+        nvcc_major = nvcc[0] if nvcc else None
+        if nvcc_major is not None and nvcc_major != variant.cuda_major:
+            # the source build then needs a toolkit of the new torch's CUDA major (SD173)
+            fix = (f"Install a CUDA {variant.cuda_major} toolkit for the source build too "
+                   f"(nvcc {nvcc_version} is CUDA {nvcc_major}), and: {fix}")
     else:
         newest = rules.newest_torch_serving([g.compute_capability or "" for g in lacking]) \
             if machine == "x86_64" else None
@@ -315,7 +345,7 @@ def torch_kernel_findings(target: TargetFacts, gpus: Iterable[Gpu], os_name: str
 
 
 def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
-                machine: str = "x86_64") -> list[Finding]:
+                machine: str = "x86_64", nvcc_version: str | None = None) -> list[Finding]:
     torch = target.torch
     if torch is None:
         return [finding("SD141", "error", f"no torch in {target.prefix}")]
@@ -339,7 +369,14 @@ def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
         out.append(finding("SD143", "error", f"torch {build.label}"))
     if public is not None and public.release[:2] < (2, 4):
         out.append(finding("SD145", "error", f"torch {public_text} is older than 2.4"))
-    out += torch_kernel_findings(target, nvidia, os_name, machine=machine)
+    served = usable_gpus(nvidia, os_name)
+    out += torch_kernel_findings(target, [g for g in nvidia if g in served], os_name,
+                                 all_gpus=nvidia, machine=machine, nvcc_version=nvcc_version)
+    # an ignored GPU (SD112): reinstalling torch for it would gain nothing
+    out += [replace(f, severity="info", fix="", detail=f.detail + "; SageAttention does not use "
+                    "that GPU, so torch need not change")
+            for f in torch_kernel_findings(target, [g for g in nvidia if g not in served],
+                                           os_name, machine=machine)]
     cuda = f"CUDA {build.cuda}" if build.cuda else build.kind.upper()
     out.insert(0, finding("SD140", "ok", f"torch {build.label} ({cuda})"))
     return out
@@ -384,20 +421,29 @@ def triton_problems(target: TargetFacts, gpus: list[Gpu], os_name: str,
 
 
 def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
-                 rules: TritonRules) -> list[Finding]:
+                 triton_rules: TritonRules) -> list[Finding]:
     out: list[Finding] = []
+    torch = target.torch
+    gpus = usable_gpus(gpu.nvidia if gpu else (), os_name)
+    cuda = torch is not None and torch_build_of(torch).kind == "cuda"
+    # Windows pairs triton-windows with torch's minor whatever its build: said now, so the
+    # CUDA torch that SD142 asks for does not reveal it later
+    req = (rules.triton_requirement(torch, gpus, os_name, triton_rules)
+           if torch is not None and (cuda or os_name == "windows") else None)
     if os_name == "windows" and target.triton:
         out.append(finding("SD153", "error", f"triton {target.triton} is installed",
-                           uninstall_command(target, os_name, "triton")))
-    torch = target.torch
-    if torch is None:
-        return [finding("SD150", "info", "not matched: no torch installed"), *out]
-    build = torch_build_of(torch)
-    if build.kind != "cuda":
-        return [finding("SD150", "info", f"not matched: torch {build.label} is not a CUDA build"),
-                *out]
-    gpus = usable_gpus(gpu.nvidia if gpu else (), os_name)
-    req, problems = triton_problems(target, gpus, os_name, rules)
+                           _plain_triton_fix(target, req)))
+    if torch is None or not cuda:
+        what = ("no torch installed" if torch is None
+                else f"torch {torch_build_of(torch).label} is not a CUDA build")
+        if req is not None and req.spec is not None and target.triton_windows \
+                and not req.satisfied_by(target.triton_windows):
+            pip = installer_command(target, os_name, "install")
+            out.append(finding("SD152", "error", f"torch {torch.version} needs "
+                               f"{req.requirement}; you have {req.package} "
+                               f"{target.triton_windows}", f'{pip} "{req.requirement}"'))
+        return [finding("SD150", "info", f"not matched: {what}"), *out]
+    req, problems = triton_problems(target, gpus, os_name, triton_rules)
     out += problems
     if any(f.code == "SD151" for f in problems):
         return out
@@ -413,12 +459,60 @@ def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
     return out
 
 
-def check_sageattention(target: TargetFacts, gpu: GpuFacts | None, os_name: str) -> list[Finding]:
+def _plain_triton_fix(target: TargetFacts, req: rules.TritonRequirement | None) -> str:
+    """triton and triton-windows share the folder triton/: removing one deletes the other's
+    files, so triton-windows goes back in (forced) right after."""
+    remove = uninstall_command(target, "windows", "triton")
+    if req is None or req.requirement is None:
+        return remove
+    pip = installer_command(target, "windows", "install")
+    again = "--force-reinstall" if has_pip(target) else f"--reinstall-package {req.package}"
+    return (f"`sagedoctor install --venv {_venv_arg(target, 'windows')}` (removes triton, puts "
+            f"{req.package} back), or by hand: {remove}, then {pip} {again} "
+            f'"{req.requirement}"')
+
+
+def check_sageattention(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
+                        index: WheelIndex | None = None,
+                        runtime_version: str = __version__) -> list[Finding]:
+    index = index or shipped_index()
+    out = _check_sage_build(target, gpu, os_name, index)
+    install = f"sagedoctor install --venv {_venv_arg(target, os_name)}"
+    if any(f.code in _NEEDS_BUILD_CODES for f in out):
+        out += route_findings(target, gpu, os_name, index)
+    if target.sageattention is not None and target.sageattention.leftovers:
+        out.append(finding("SD165", "error", "; ".join(target.sageattention.leftovers),
+                           f"{install} (moves them aside, into its log folder)"))
+    shortfall = runtime_shortfall(target, runtime_version)
+    if shortfall is not None and target.torch is not None:
+        out.append(finding("SD191", "error", f"{shortfall}: nothing routes attention to "
+                           "SageAttention", install))
+    return out
+
+
+def route_findings(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
+                   index: WheelIndex) -> list[Finding]:
+    """The arch gate of the install route, said by check as the plan would block on it."""
+    usable = usable_gpus(gpu.nvidia if gpu else (), os_name)
+    if not usable:
+        return []  # SD111-SD114 already say the machine cannot run SageAttention
+    cuda = torch_build_of(target.torch).cuda if target.torch else None
+    service = gpu_service(usable, os_name, index, cuda)
+    route = ("the fork's Windows wheels carry no kernels for it" if os_name == "windows"
+             else "upstream builds no kernels for it")
+    if not service.served:
+        return [finding(service.code, "error",
+                        "; ".join(f"{gpu_label(g)}: {route}" for g in service.unserved))]
+    return [finding(service.code, "info", f"{gpu_label(g)}: {route}; it stays on PyTorch "
+                    "attention", "", title="GPU not served by the install") for g in
+            service.unserved]
+
+
+def _check_sage_build(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
+                      index: WheelIndex) -> list[Finding]:
     out: list[Finding] = []
     sage = target.sageattention
     install = f"sagedoctor install --venv {_venv_arg(target, os_name)}"
-    if sage is not None and sage.leftovers:
-        out.append(finding("SD165", "warn", "; ".join(sage.leftovers)))
     if sage is None:
         out.append(finding("SD161", "error", f"not in {target.prefix}", install))
         return out
@@ -432,7 +526,7 @@ def check_sageattention(target: TargetFacts, gpu: GpuFacts | None, os_name: str)
     build = compat.parse_sage_local(sage.version)
     if build is None:
         out.append(finding("SD166", "info", f"sageattention {sage.version}",
-                           f"sagedoctor verify --venv {_venv_arg(target, os_name)}"))
+                           verify_command(target, os_name)))
     elif torch is not None:
         tb = torch_build_of(torch)
         built_torch = ".".join(map(str, build.torch)) + (" or newer" if build.and_higher else "")
@@ -456,6 +550,10 @@ def check_sageattention(target: TargetFacts, gpu: GpuFacts | None, os_name: str)
     if missing_for:
         have = ", ".join(sorted(modules)) or "none"
         out.append(finding("SD164", "error", f"missing {'; '.join(missing_for)} (has: {have})",
+                           install))
+    problems = known_wheel_problems(target, index, os_name)
+    if problems:
+        out.append(finding("SD192", "error", f"sageattention {sage.version}: {problems}",
                            install))
     out.insert(0, finding("SD160", "ok", f"sageattention {sage.version} "
                           f"(compiled: {', '.join(sorted(modules)) or 'none'})"))
@@ -496,7 +594,9 @@ def check_toolchain(tool: ToolchainFacts, target: TargetFacts | None, gpu: GpuFa
         out.append(finding("SD176", severity, f"{tool.nvcc_path} runs, but no folder holds "
                            f"bin/nvcc and include/cuda_runtime.h{why}"))
     if tool.gcc_version is None:
-        out.append(finding("SD174", severity, f"gcc not found{why}"))
+        out.append(finding("SD174", severity, f"gcc not found{why}",
+                           "Install gcc and g++ from the OS (e.g. `sudo apt install "
+                           "build-essential`)."))
     if target is not None and target.torch is not None:
         standard, standard_why = rules.cxx_standard_for(target.torch)
         for problem in rules.cxx_toolchain_problems(standard, tool.gcc_version,
@@ -504,7 +604,8 @@ def check_toolchain(tool: ToolchainFacts, target: TargetFacts | None, gpu: GpuFa
             out.append(finding("SD149", severity, f"C++{standard} ({standard_why}): "
                                f"{problem}{why}"))
     if tool.ninja_version is None:
-        out.append(finding("SD174", "info", "ninja not found (builds are slower without it)"))
+        out.append(finding("SD174", "info", "ninja not on PATH (a source build installs its "
+                           "own into a private folder)", ""))
     parts = [f"nvcc {tool.nvcc_version}" if tool.nvcc_version else "no nvcc",
              f"gcc {tool.gcc_version}" if tool.gcc_version else "no gcc",
              f"ninja {tool.ninja_version}" if tool.ninja_version else "no ninja"]
@@ -527,8 +628,19 @@ def check_invokeai(facts: Facts) -> list[Finding]:
     version = f"InvokeAI {package.version}" if package else "InvokeAI (its venv not inspected)"
     out.append(finding("SD180", "ok", f"{version} at {inv.root} (from {inv.root_source}); "
                        f"{config}"))
+    pending = invokeai_switch_pending(facts)
+    if inv.root_source == "--root" and not inv.installed and not inv.config_exists:
+        # The plan's edit would create invokeai.yaml in a folder InvokeAI never reads.
+        out.append(finding("SD197", "error" if pending else "warn",
+                           f"{inv.root} (from --root) holds no invokeai.yaml and no .venv"))
     if inv.config_error:
-        out.append(finding("SD183", "warn", inv.config_error))
+        # The plan's edit step would meet this file: the plan blocks on it, so check says so.
+        out.append(finding("SD183", "error" if pending else "warn", inv.config_error))
+    elif pending is not None and facts.target is not None:
+        os_name = facts.system.os if facts.system else "linux"
+        out.append(finding("SD193", "error", f"{inv.config_path or 'invokeai.yaml'} does not "
+                           f"set attention_backend: {pending}",
+                           f"sagedoctor install --venv {_venv_arg(facts.target, os_name)}"))
     if inv.attention_type == "sliced":
         out.append(finding("SD185", "warn", f"{inv.config_path} sets attention_type: sliced"))
     out += launcher_update_findings(inv, facts.verification,
@@ -579,19 +691,6 @@ def launcher_update_findings(inv: InvokeAIFacts, record: VerificationFacts | Non
     return out
 
 
-def _public_version(version: str | None) -> str | None:
-    return version.split("+", 1)[0] if version else None
-
-
-def verification_is_current(record: VerificationFacts, target: TargetFacts) -> bool:
-    """Whether the record was made with the sageattention and torch installed now: the same
-    versions, and no distribution's files rewritten since (another build, same version)."""
-    sage = target.sageattention.version if target.sageattention else None
-    torch = target.torch.version if target.torch else None
-    return (record.sageattention == sage and not record.changed
-            and _public_version(record.torch) == _public_version(torch))
-
-
 def recorded_wrong_sageattn(facts: Facts) -> tuple[WrongKernel, ...]:
     """GPUs on which verify found `sageattn()` wrong, for the build installed now."""
     record, target = facts.verification, facts.target
@@ -605,20 +704,24 @@ def check_verification(facts: Facts, os_name: str) -> list[Finding]:
     record, target = facts.verification, facts.target
     if record is None or target is None or target.sageattention is None:
         return []
-    verify = f"sagedoctor verify --venv {_venv_arg(target, os_name)}"
+    verify = verify_command(target, os_name)
+    hooked = hooked_but_unverified(facts)
+    hook_note = ("; the start-up hook is on, so the runtime keeps SageAttention off until a "
+                 "verify passes" if hooked else "")
     if record.status != "verified":
         why = "its record does not parse" if record.status == "corrupt" else "no record"
-        return [finding("SD169", "info", f"{why}; nothing has proven this build on this GPU",
-                        verify)]
+        return [finding("SD169", "error" if hooked else "info",
+                        f"{why}; nothing has proven this build on this GPU{hook_note}", verify)]
     if not verification_is_current(record, target):
         sage = target.sageattention.version
         torch = target.torch.version if target.torch else "none"
         now = (f"the installed files of {', '.join(record.changed)} changed since (another "
                "build or reinstall, whatever its version says)" if record.changed
                else f"now {sage} and {torch}")
-        return [finding("SD168", "warn",
+        return [finding("SD168", "error" if hooked else "warn",
                         f"verified on {record.verified_at} with sageattention "
-                        f"{record.sageattention} and torch {record.torch}; {now}", verify)]
+                        f"{record.sageattention} and torch {record.torch}; {now}{hook_note}",
+                        verify)]
     out = []
     for wrong in record.wrong_sageattn:
         route = ("the fork's wheel" if os_name == "windows"
@@ -635,7 +738,8 @@ def check_verification(facts: Facts, os_name: str) -> list[Finding]:
     return out
 
 
-def diagnose(facts: Facts, index: WheelIndex | None = None) -> list[Finding]:
+def diagnose(facts: Facts, index: WheelIndex | None = None,
+             runtime_version: str = __version__) -> list[Finding]:
     """Every finding for the facts at hand, in area order; areas without facts are skipped.
 
     The index supplies the Triton pairing and nvcc minimums (default: the shipped one)."""
@@ -650,9 +754,10 @@ def diagnose(facts: Facts, index: WheelIndex | None = None) -> list[Finding]:
     if facts.target:
         out += check_python(facts.target, os_name)
         out += check_torch(facts.target, facts.gpu, os_name,
-                           facts.system.machine if facts.system else "x86_64")
+                           facts.system.machine if facts.system else "x86_64",
+                           facts.toolchain.nvcc_version if facts.toolchain else None)
         out += check_triton(facts.target, facts.gpu, os_name, index.triton)
-        sage = check_sageattention(facts.target, facts.gpu, os_name)
+        sage = check_sageattention(facts.target, facts.gpu, os_name, index, runtime_version)
         sage += check_verification(facts, os_name)
         out += sage
     if facts.toolchain:

@@ -170,6 +170,9 @@ class VerificationFacts:
     # Distributions whose installed files changed since (their dist-info's RECORD, by stat):
     # another build under the same version number, as a by-hand reinstall leaves it.
     changed: tuple[str, ...] = ()
+    # The start-up hook (`sagedoctor enable`) is in the venv: a stale record then means the
+    # runtime keeps SageAttention off, which is a problem to fix, not a note.
+    hooked: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 SEVERITIES = ("ok", "info", "warn", "error")
 # The one finding per area that carries its summary line.
 SUMMARY_CODES = frozenset({"SD100", "SD110", "SD130", "SD140", "SD150", "SD160", "SD170", "SD180"})
+# Found by the install's preflight (what the commit phase would meet), not by `check`.
+PREFLIGHT_CODES = frozenset({"SD195", "SD196", "SD198"})
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,10 @@ _KINDS = [
                 "Run on a machine with an NVIDIA GPU of compute capability 8.0 or newer."),
     FindingKind("SD112", "gpu", "GPU too old",
                 "Compute capability below 8.0 (below 7.5 everywhere): SageAttention 2 has no "
-                "kernels for it.",
-                "Use an RTX 30xx or newer GPU; on Windows an RTX 20xx works through Triton."),
+                "kernels for it. It needs compute capability 8.0 or newer (7.5 on Windows, "
+                "through Triton).",
+                "Use a GPU of compute capability 8.0 or newer (RTX 30xx, A100 or newer); on "
+                "Windows an RTX 20xx (7.5) works through Triton."),
     FindingKind("SD113", "gpu", "Turing GPU (sm75)",
                 "Compute capability 7.5 works only through the Windows fork's Triton path, "
                 "with triton-windows below 3.3 (which pairs with torch 2.6 or older); upstream "
@@ -167,7 +171,8 @@ _KINDS = [
     FindingKind("SD165", "sageattention", "Stale SageAttention leftovers",
                 "`python setup.py install` left a sageattention-*.egg or an easy-install.pth "
                 "entry that can shadow the real install.",
-                "Delete the listed .egg folder and the sageattention line in easy-install.pth."),
+                "`sagedoctor install --venv VENV` moves them aside (into the log folder), or "
+                "delete the listed .egg folder and the sageattention line in easy-install.pth."),
     FindingKind("SD166", "sageattention", "SageAttention build not labelled",
                 "A source build carries no +cuXXXtorchX.Y label, so its CUDA and torch cannot "
                 "be checked from metadata; `sagedoctor verify` tests it.",
@@ -182,7 +187,9 @@ _KINDS = [
                 "source build of the pinned commit; Windows: the fork's wheel)."),
     FindingKind("SD168", "sageattention", "Verification out of date",
                 "The venv changed since `sagedoctor verify` last ran (another sageattention or "
-                "torch), so what it found no longer says anything about this build.",
+                "torch), so what it found no longer says anything about this build. Where the "
+                "start-up hook is enabled this is an error: the runtime keeps SageAttention off "
+                "until a verify of the new build passes.",
                 "`sagedoctor verify --venv VENV`."),
     FindingKind("SD169", "sageattention", "Not verified",
                 "No readable record of a `sagedoctor verify` of this venv: nobody has proven "
@@ -204,7 +211,8 @@ _KINDS = [
                 "Install the CUDA toolkit matching torch's CUDA major; set CUDA_HOME."),
     FindingKind("SD174", "toolchain", "gcc or ninja missing",
                 "A source build needs a C++ compiler; ninja makes it much faster.",
-                "Install gcc/g++ from the OS, and `pip install ninja` in the venv."),
+                "Install gcc and g++ from the OS (e.g. `sudo apt install build-essential`); "
+                "ninja needs nothing: a source build installs its own."),
     FindingKind("SD175", "toolchain", "CUDA_HOME candidate passed over",
                 "A CUDA_HOME candidate (CUDA_HOME, CUDA_PATH, the folder of nvcc on PATH, "
                 "/usr/local/cuda, /usr/local/cuda-*) lacks bin/nvcc or "
@@ -274,7 +282,38 @@ _KINDS = [
     FindingKind("SD205", "gpu", "No GPU to build for",
                 "None of the NVIDIA GPUs has an architecture upstream SageAttention builds "
                 "(8.0, 8.6, 8.9, 9.0, 10.0, 12.0, 12.1).",
-                "Use a GPU of compute capability 8.0 or newer (not Jetson Orin)."),
+                "Use a GPU of one of those architectures; for another, build SageAttention "
+                "yourself (a build `check` finds nothing wrong with is kept as it is)."),
+    FindingKind("SD191", "sageattention", "SDPA-routing runtime not installed",
+                "The venv lacks the sagedoctor-runtime this sagedoctor bundles (or has another "
+                "version): nothing routes the app's attention to SageAttention, and `sagedoctor "
+                "install` would add it.",
+                "`sagedoctor install --venv VENV`."),
+    FindingKind("SD192", "sageattention", "Installed wheel has a known problem",
+                "The index lists a problem with the installed SageAttention wheel (for example "
+                "NaN output in post5); the plan replaces it with a wheel without one.",
+                "`sagedoctor install --venv VENV`."),
+    FindingKind("SD193", "invokeai", "InvokeAI not switched to SageAttention",
+                "This InvokeAI has an attention_backend setting with a SageAttention choice, "
+                "and invokeai.yaml does not select it: `sagedoctor install` sets it.",
+                "`sagedoctor install --venv VENV`."),
+    FindingKind("SD195", "invokeai", "invokeai.yaml not writable",
+                "The install's edit step writes invokeai.yaml atomically beside a backup: the "
+                "file and its folder must be writable by this user. Found before any download.",
+                "Run as the user who owns the InvokeAI root, or fix its permissions."),
+    FindingKind("SD196", "invokeai", "InvokeAI is running",
+                "`invokeai-web` of the target venv (or root) runs: its files are in use, and "
+                "it rewrites invokeai.yaml from its settings page. Found before any download.",
+                "Stop InvokeAI, then run the install again."),
+    FindingKind("SD197", "invokeai", "Not an InvokeAI root",
+                "The folder the edit step would write invokeai.yaml into holds no InvokeAI "
+                "root marker (invokeai.yaml, .venv, databases, models).",
+                "Pass --root with the folder InvokeAI uses (INVOKEAI_ROOT), or leave --root "
+                "out."),
+    FindingKind("SD198", "system", "Not enough disk space",
+                "A source build needs about 3 GiB in the temporary folder; the venv and the "
+                "backups of what is replaced about 0.5 GiB each. Found before any download.",
+                "Free space (or point TMPDIR at a larger disk), then run again."),
     FindingKind("SD190", "*", "Could not check",
                 "A probe failed or timed out; its areas were not checked.",
                 "Run with -v for details; the message names the failing step."),

@@ -145,6 +145,11 @@ def _read(path: Path) -> tuple[bool, str, str]:
     return bom, text.replace("\r\n", "\n"), newline
 
 
+def read_config_text(path: Path) -> str:
+    """The file's text as the edit reads it (the install's preflight reads it the same way)."""
+    return _read(path)[1]
+
+
 MAX_FLOW_DEPTH = 64  # InvokeAI's own file nests 2 deep
 
 
@@ -187,7 +192,12 @@ def edited_text(text: str, settings: Mapping[str, str], path: Path) -> str:
     try:
         data = yaml.load(text) if text.strip() else None
     except YAMLError as exc:
-        raise InvokeAIConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}",
+        # ruamel's first line is the context ("while constructing a mapping"); the problem
+        # ("found duplicate key ...") and its line say what to fix.
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [""])[0]
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise InvokeAIConfigError(f"{path} is not valid YAML: {str(problem)[:200]}{where}",
                                   "fix the file (or move it away) and run again") from exc
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # ruamel's constructors raise these for values such as a date with month 13.

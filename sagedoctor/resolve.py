@@ -26,14 +26,23 @@ from .diagnose import (
 from .facts import Facts, Gpu, TargetFacts
 from .findings import Finding, finding
 from .index import LinuxIndex, WheelIndex, WindowsWheel, spec_text, wheel_supported_by
+from .requirements import (
+    gpu_service,
+    hooked_but_unverified,
+    invokeai_sage_choice,
+    invokeai_switch_pending,
+    runtime_shortfall,
+)
 
 RUNTIME_DIST = "sagedoctor-runtime"
 
-# Findings from `check` that no install step can fix: the plan stops and shows them. (SD144,
-# torch without kernels for a GPU, only concerns GPUs older than any SageAttention serves.)
+# Findings from `check` that no install step can fix: the plan stops and shows them, at the
+# severity check gives them (SD144 is an error only for a GPU SageAttention would use; SD183
+# and SD197 only where the plan would edit that invokeai.yaml; SD184: InvokeAI would not
+# start).
 _BLOCKING_CODES = frozenset({
     "SD101", "SD111", "SD112", "SD113", "SD114", "SD116", "SD120", "SD131", "SD132", "SD133",
-    "SD141", "SD142", "SD143", "SD145", "SD190",
+    "SD141", "SD142", "SD143", "SD144", "SD145", "SD183", "SD184", "SD190", "SD197",
 })
 
 
@@ -190,20 +199,19 @@ def _final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
                  changed: bool) -> tuple[list[Step], list[str]]:
     steps: list[Step] = []
     notes: list[str] = []
-    if target.runtime != options.runtime_version:
-        have = f"has {target.runtime}" if target.runtime else "has none"
+    shortfall = runtime_shortfall(target, options.runtime_version)
+    if shortfall is not None:
         steps.append(Step(
             "bundle-runtime", f"Install the SDPA-routing runtime {options.runtime_version}",
-            f"the venv {have}; the runtime routes attention to SageAttention only where it "
+            f"{shortfall}; the runtime routes attention to SageAttention only where it "
             "was proven correct and faster", distributions=(RUNTIME_DIST,),
             requirement=f"{RUNTIME_DIST}=={options.runtime_version}"))
     package = target.invokeai
     inv = facts.invokeai
     if options.enable_invokeai and package is not None and inv is not None:
-        choice = next((c for c in package.attention_backend_choices if "sage" in c.lower()),
-                      None)
-        if package.attention_backend_supported and choice:
-            if inv.attention_backend != choice:
+        choice = invokeai_switch_pending(facts)
+        if invokeai_sage_choice(facts) is not None:
+            if choice is not None:
                 steps.append(Step(
                     "enable-invokeai", f"Set attention_backend: {choice} in invokeai.yaml",
                     f"InvokeAI {package.version} has an attention_backend setting",
@@ -218,6 +226,10 @@ def _final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
     if changed or steps:
         steps.append(Step("verify", "Verify in the target venv",
                           "check every kernel against SDPA on each GPU and time it"))
+    elif hooked_but_unverified(facts):
+        steps.append(Step("verify", "Verify in the target venv",
+                          "the start-up hook is on and no verify covers the build installed "
+                          "now, so the runtime keeps SageAttention off until one passes"))
     return steps, notes
 
 
@@ -279,13 +291,6 @@ def _other_cuda_fix(index: WheelIndex, target: TargetFacts, gpus: list[Gpu]) -> 
     return None
 
 
-def _windows_archs(index: WheelIndex, wheel_cuda: str) -> set[str]:
-    archs = set(index.windows_archs)
-    if Version(wheel_cuda) >= Version("12.8"):
-        archs |= set(index.windows_archs_cuda_12_8)
-    return archs
-
-
 def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
                      gpus: list[Gpu], rebuild: bool = False
                      ) -> tuple[list[Step], list[str], list[Finding]]:
@@ -327,30 +332,31 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
 
     # SageAttention: one wheel from the fork's releases, installed with --no-deps.
     wheel, why_not = _pick_windows_wheel(index, target, build.cuda, gpus)
+    wrong = recorded_wrong_sageattn(facts)
+    if not wrong and not rebuild and _windows_sage_is_correct(target, index, wheel, gpus):
+        return steps, notes, []  # a build check finds nothing wrong with stays, ours or not
     if wheel is None:
         detail = (f"torch {torch_label} (CUDA {build.cuda}), Python {target.python_version}"
                   + (f"; {'; '.join(why_not)}" if why_not else ""))
         return steps, notes, [finding("SD201", "error", detail,
                                       _other_cuda_fix(index, target, gpus))]
-    covered = _windows_archs(index, wheel.cuda)
-    served = [g for g in gpus if g.compute_capability in covered]
+    service = gpu_service(gpus, "windows", index, wheel.cuda)
     for g in _nvidia(facts):
-        if g not in served:
+        if g not in service.served:
             notes.append(f"{gpu_label(g)} has no kernels in the Windows wheels; it will stay "
                          "on PyTorch attention")
-    if not served:
-        return steps, notes, [finding("SD203", "error", "; ".join(gpu_label(g) for g in gpus))]
-    wrong = recorded_wrong_sageattn(facts)
+    if not service.served:
+        return steps, notes, [finding("SD203", "error", "; ".join(
+            f"{gpu_label(g)}: the fork's Windows wheels carry no kernels for it" for g in gpus))]
     if wrong:
         notes.append("verify found `sageattn()` wrong on "
                      + ", ".join(f"{w.name} ({w.gpu})" for w in wrong)
                      + f": {wheel.file} is installed in its place")
-    if wrong or rebuild or not _windows_sage_is_correct(target, index, wheel, gpus):
-        steps.append(Step(
-            "install-wheel", f"Install {wheel.file}",
-            _wheel_reason(wheel, target, torch_label, build.cuda_major),
-            distributions=("sageattention",),
-            wheel=WheelDownload(wheel.file, wheel.url, wheel.sha256, wheel.sha256_source)))
+    steps.append(Step(
+        "install-wheel", f"Install {wheel.file}",
+        _wheel_reason(wheel, target, torch_label, build.cuda_major),
+        distributions=("sageattention",),
+        wheel=WheelDownload(wheel.file, wheel.url, wheel.sha256, wheel.sha256_source)))
     return steps, notes, []
 
 
@@ -386,21 +392,23 @@ def _wheel_reason(wheel: WindowsWheel, target: TargetFacts, torch_label: str,
     return reason
 
 
-def _windows_sage_is_correct(target: TargetFacts, index: WheelIndex, best: WindowsWheel,
-                             gpus: list[Gpu]) -> bool:
-    """An installed wheel the index also offers for this machine, without known problems."""
+def _windows_sage_is_correct(target: TargetFacts, index: WheelIndex,
+                             best: WindowsWheel | None, gpus: list[Gpu]) -> bool:
+    """An installed wheel the index also offers for this machine, without known problems; or
+    a build the index does not know that `check` finds nothing wrong with (the user's own)."""
     sage = target.sageattention
     if sage is None or target.torch is None:
         return False
-    if sage.version == best.version:
+    if best is not None and sage.version == best.version:
         return _modules_complete(sage.compiled_modules, gpus)
+    cuda_major = torch_build_of(target.torch).cuda_major
     for wheel in index.windows_wheels:
-        if wheel.version == sage.version and not wheel.problems:
-            return (wheel.cuda_major == best.cuda_major
+        if wheel.version == sage.version:
+            return (not wheel.problems and wheel.cuda_major == cuda_major
                     and wheel.torch.contains(_public(target.torch.version), prereleases=True)
                     and wheel_supported_by(wheel, _tags(target))
                     and _modules_complete(sage.compiled_modules, gpus))
-    return False
+    return _sage_build_fits(target, gpus)
 
 
 def _modules_complete(modules: tuple[str, ...], gpus: list[Gpu]) -> bool:
@@ -412,7 +420,9 @@ def _modules_complete(modules: tuple[str, ...], gpus: list[Gpu]) -> bool:
 
 # --- Linux -----------------------------------------------------------------------------------
 
-def _linux_sage_is_correct(target: TargetFacts, gpus: list[Gpu]) -> bool:
+def _sage_build_fits(target: TargetFacts, gpus: list[Gpu]) -> bool:
+    """SageAttention 2 whose label (if any) matches torch, with every module the GPUs need:
+    what `check` asks of a build (SD162, SD163, SD164)."""
     sage = target.sageattention
     if sage is None or target.torch is None:
         return False
@@ -504,18 +514,19 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
         notes.append("verify found `sageattn()` wrong on "
                      + ", ".join(f"{w.name} ({w.gpu})" for w in wrong)
                      + " with this build: it is replaced by a source build of the pinned commit")
-    elif (_linux_sage_is_correct(target, gpus) and options.source_dir is None
+    elif (_sage_build_fits(target, gpus) and options.source_dir is None
           and not options.rebuild):
         return steps, notes, []
 
-    archs = [cc for cc in _cc_list(gpus) if cc in index.build.archs]
+    archs = _cc_list(list(gpu_service(gpus, "linux", index, build.cuda).served))
     for g in _nvidia(facts):
         if g.compute_capability not in archs:
             notes.append(f"{gpu_label(g)}: upstream builds no kernels for it; it stays on "
                          "PyTorch attention")
     if not archs:
-        return steps, notes, [finding("SD205", "error",
-                                      "; ".join(gpu_label(g) for g in gpus) or "no NVIDIA GPU")]
+        return steps, notes, [finding("SD205", "error", "; ".join(
+            f"{gpu_label(g)}: upstream builds no kernels for it" for g in gpus)
+            or "no NVIDIA GPU")]
     blockers = _toolchain_blockers(facts, index, archs, build.cuda_major)
     standard, standard_why = compat_rules.cxx_standard_for(target.torch)
     blockers += _cxx_blockers(facts, standard, standard_why)
@@ -577,12 +588,12 @@ def resolve_plan(facts: Facts, index: WheelIndex,
     options = options or ResolveOptions()
     target = facts.target
     if facts.system is None or target is None:
-        failures = [f for f in diagnose(facts) if f.code == "SD190"]
+        failures = [f for f in diagnose(facts, index) if f.code == "SD190"]
         return Blocked(tuple(failures) or (finding(
             "SD190", "error", "the target environment was not inspected", area="python",
             title="Could not check python"),))
     os_name = facts.system.os
-    blockers = [f for f in diagnose(facts)
+    blockers = [f for f in diagnose(facts, index, options.runtime_version)
                 if f.fatal or (f.code in _BLOCKING_CODES and f.severity == "error")]
     if blockers:
         return Blocked(tuple(blockers))
@@ -590,7 +601,8 @@ def resolve_plan(facts: Facts, index: WheelIndex,
     # torch without kernels for a GPU SageAttention would serve: nothing to install fixes it
     # (the same SD144 as `check`, with the torch build that does serve it).
     no_kernels = torch_kernel_findings(target, gpus, os_name, _nvidia(facts),
-                                       facts.system.machine)
+                                       facts.system.machine,
+                                       facts.toolchain.nvcc_version if facts.toolchain else None)
     if no_kernels:
         return Blocked(tuple(no_kernels))
     steps = _cleanup_steps(target)

@@ -108,6 +108,14 @@ def forget_routing(prefix: Path) -> None:
     venv_record_path(prefix).unlink(missing_ok=True)
 
 
+HOOK_FILE = "sagedoctor-runtime.pth"  # the start-up hook `sagedoctor enable` writes
+
+
+def hook_enabled(prefix: Path) -> bool:
+    """Whether the start-up hook is in one of the venv's site-packages."""
+    return any((Path(site) / HOOK_FILE).is_file() for site in venv_site_dirs(prefix))
+
+
 def venv_site_dirs(prefix: Path) -> list[str]:
     """The venv's own site-packages (POSIX lib/pythonX.Y/, Windows Lib/)."""
     found = sorted(str(p) for p in prefix.glob("lib/python3*/site-packages") if p.is_dir())

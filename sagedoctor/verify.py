@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import exit_codes
 from .errors import SagedoctorError
 from .install.bundle import PACKAGE
 from .proc import ToolMissing, ToolTimeout, run_tool
@@ -26,6 +27,13 @@ FIRST_SCHEMA_HEADS = {64: 20, 128: 24}
 
 class VerifyError(SagedoctorError):
     code = "SD920"
+
+
+class VerifyTargetError(VerifyError):
+    """The target itself is what stops the self-test (gone, or no runtime in it): fixable,
+    as the same venv is in `check` and `plan`."""
+
+    exit_status = exit_codes.FIXABLE
 
 
 @dataclass(frozen=True)
@@ -67,10 +75,10 @@ def run_selftest(python: Path, quick: bool, timeout: float = 1800,
     except ToolTimeout:
         raise VerifyError(f"the self-test did not finish within {timeout:.0f} s", "") from None
     except ToolMissing:
-        raise VerifyError(f"{python} does not exist", "pass --venv DIR or --python EXE") \
+        raise VerifyTargetError(f"{python} does not exist", "pass --venv DIR or --python EXE") \
             from None
     if done.returncode != 0:
-        raise VerifyError(f"the self-test failed: {done.stderr.strip()[-400:]}",
+        raise VerifyTargetError(f"the self-test failed: {done.stderr.strip()[-400:]}",
                           f"run `sagedoctor install --venv {python.parent.parent}` to bundle "
                           "the runtime")
     return parse_report(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")

@@ -25,7 +25,7 @@ def test_a_bad_setting_names_the_variable(tmp_path: Path, variable: str, value: 
     env = clean_env(tmp_path)
     env[variable] = value
     result = run_cli(["check", "system"], env)
-    assert result.returncode == 3
+    assert result.returncode == 64  # a usage error, as a bad option is
     assert "SD905" in result.stderr and variable in result.stderr and "fix:" in result.stderr
     assert "Traceback" not in result.stderr
 

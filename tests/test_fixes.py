@@ -25,12 +25,9 @@ REPAIR = ("InvokeAI venv: run the Invoke launcher's Repair (it reinstalls the to
 # (profile, code) -> the exact fix `check` prints
 CHECK_FIXES: dict[tuple[str, str], str] = {
     # venvs with pip: `python -m pip`, torch from the index of the build the GPU needs
-    ("linux-gtx1080-cu128", "SD144"):
-        f"{LINUX_PY} -m pip install --force-reinstall torch==2.7.1 "
-        "--index-url https://download.pytorch.org/whl/cu126",
-    ("linux-h100-plus-v100", "SD144"):
-        f"{LINUX_PY} -m pip install --force-reinstall torch==2.11.0 "
-        "--index-url https://download.pytorch.org/whl/cu126",
+    # a GPU SageAttention does not use (SD112) asks nothing of torch, beside an H100 or alone
+    ("linux-gtx1080-cu128", "SD144"): "",
+    ("linux-h100-plus-v100", "SD144"): "",
     # a pip dist-info without its package: pip cannot start, so uv
     ("linux-stale-pip-cpu-torch", "SD142"):
         f"uv pip install --python {LINUX_PY} --reinstall-package torch torch==2.11.0 "
@@ -44,7 +41,6 @@ CHECK_FIXES: dict[tuple[str, str], str] = {
     ("windows-cpu-torch", "SD142"):
         f"{REPAIR}uv pip install --python {WIN_PY} --reinstall-package torch torch==2.7.1 "
         "--index-url https://download.pytorch.org/whl/cu126",  # 2.7's default serves sm89
-    ("windows-plain-triton", "SD153"): f"uv pip uninstall --python {WIN_PY} triton",
     # Turing with torch 2.5: the pairing intersected with the Turing cap, as the plan installs
     ("windows-rtx2080-turing-torch25", "SD154"):
         f'uv pip install --python {WIN_PY} "triton-windows>=3.1,<3.2"',
@@ -52,8 +48,19 @@ CHECK_FIXES: dict[tuple[str, str], str] = {
         f'uv pip install --python {WIN_PY} "triton-windows>=3.8,<3.9"',
     # cu126 stops at sm90: the registry's default build of 2.14 serves an RTX 5090
     ("linux-rtx5090-torch-cu126", "SD144"):
+        "Install a CUDA 13 toolkit for the source build too (nvcc 12.8.93 is CUDA 12), and: "
         f"{LINUX_PY} -m pip install --force-reinstall torch==2.14.1 "
         "--index-url https://download.pytorch.org/whl/cu130",
+    # removing triton deletes triton-windows' files too (one folder): it goes back in after
+    ("windows-plain-triton", "SD153"):
+        "`sagedoctor install --venv C:\\Users\\Ana\\invokeai\\.venv` (removes triton, puts "
+        f"triton-windows back), or by hand: uv pip uninstall --python {WIN_PY} triton, then "
+        f'uv pip install --python {WIN_PY} --reinstall-package triton-windows '
+        '"triton-windows>=3.6,<3.7"',
+    # the GTX 1080 says what it would take
+    ("linux-gtx1080-cu128", "SD112"): "Use a GPU of compute capability 8.0 or newer (RTX 30xx, "
+                                      "A100 or newer); on Windows an RTX 20xx (7.5) works "
+                                      "through Triton.",
     ("windows-triton-mismatch", "SD152"):
         f'uv pip install --python {WIN_PY} "triton-windows>=3.3,<3.4"',
     ("windows-triton-missing", "SD151"):

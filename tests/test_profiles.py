@@ -8,7 +8,7 @@ import pytest
 
 from sagedoctor.diagnose import diagnose, exit_code
 from sagedoctor.facts import load_facts_file
-from sagedoctor.findings import CATALOG, SUMMARY_CODES
+from sagedoctor.findings import CATALOG, PREFLIGHT_CODES, SUMMARY_CODES
 
 PROFILES = Path(__file__).parent / "profiles"
 
@@ -29,7 +29,7 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "linux-r470-unknown-gpu": ({"SD115", "SD161"}, 1),
     "linux-gpu-listing-hung": ({"SD116"}, 1),
     "linux-driver-too-old-for-cu130": ({"SD120"}, 1),
-    "windows-driver-unknown": ({"SD121"}, 0),
+    "windows-driver-unknown": ({"SD121", "SD191"}, 1),
     "windows-embedded-python-no-headers": ({"SD131"}, 1),
     "linux-system-python-readonly": ({"SD132", "SD134"}, 1),
     "windows-python38": ({"SD133"}, 1),
@@ -45,32 +45,35 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "windows-sage-cuda-major-mismatch": ({"SD163"}, 1),
     "windows-sage-torch-mismatch": ({"SD163"}, 1),
     "linux-4090-sm80-only-build-old-nvcc": ({"SD164", "SD172"}, 1),
-    "linux-egg-leftovers": ({"SD165"}, 0),
+    "linux-egg-leftovers": ({"SD165"}, 1),  # the plan moves them aside: an error to fix
     "linux-nvcc-major-mismatch-no-gcc": ({"SD161", "SD173", "SD174"}, 1),
     "windows-invokeai-backend-set-but-unsupported": ({"SD182", "SD184"}, 1),
-    "windows-invokeai-yaml-broken": ({"SD183"}, 0),
+    "windows-invokeai-yaml-broken": ({"SD183", "SD191"}, 1),
     "linux-target-probe-failed": ({"SD190"}, 1),
     "linux-h100-plus-v100": ({"SD112", "SD144"}, 1),
     "windows-rtx5090-torch213-ready": (set(), 0),
     "linux-uv-venv-triton-mismatch": ({"SD152"}, 1),
     "linux-stale-pip-cpu-torch": ({"SD142"}, 1),
     "linux-wrapper-nvcc-no-toolkit": ({"SD161", "SD175", "SD176"}, 1),
-    "linux-cuda-home-points-nowhere": ({"SD175"}, 0),
-    "windows-invokeai-sliced": ({"SD182", "SD185"}, 0),
-    "windows-invokeai-launcher-updated": ({"SD187", "SD188"}, 0),
+    "linux-cuda-home-points-nowhere": ({"SD175", "SD191"}, 1),
+    "windows-invokeai-sliced": ({"SD182", "SD185", "SD191"}, 1),
+    "windows-invokeai-launcher-updated": ({"SD187", "SD188", "SD191"}, 1),
     # After verify found sageattn() garbage on the H200 (tag v2.2.0 build): an error.
     "linux-h200-sageattn-wrong": ({"SD166", "SD167"}, 1),
-    "linux-h200-verify-stale": ({"SD166", "SD168"}, 0),
-    "windows-4090-unverified": ({"SD169", "SD182"}, 0),
+    "linux-h200-verify-stale": ({"SD166", "SD168", "SD191"}, 1),
+    "windows-4090-unverified": ({"SD169", "SD182", "SD191"}, 1),  # no runtime: install, verify
     # today's torch (issue 18)
     "windows-torch214-today": ({"SD152", "SD161"}, 1),
     "windows-torch215-no-triton-windows-yet": ({"SD147", "SD161"}, 1),
     "linux-h200-torch214-cxx20-build": ({"SD161"}, 1),
     "linux-rtx5090-torch-cu126": ({"SD144", "SD161"}, 1),
     "windows-rtx2080-turing-torch25": ({"SD113", "SD154", "SD161"}, 1),
-    "windows-turing-beside-3090-torch210": ({"SD113", "SD148"}, 0),
+    "windows-turing-beside-3090-torch210": ({"SD113", "SD148", "SD191"}, 1),
     "linux-rtx4090-optional-index": ({"SD161"}, 1),
     "linux-rtx4090-torch214-gcc9": ({"SD149", "SD161"}, 1),
+    "windows-4090-post5-nan-wheel": ({"SD192"}, 1),
+    "windows-invokeai-backend-not-set": ({"SD193"}, 1),
+    "windows-invokeai-root-not-a-root": ({"SD197"}, 1),
 }
 
 # Codes a profile must NOT show, where the absence is the point.
@@ -83,7 +86,19 @@ ABSENT: dict[str, set[str]] = {
     "windows-torch215-no-triton-windows-yet": {"SD151", "SD152"},
     "windows-rtx2080-turing-torch25": {"SD152", "SD146"},
     "linux-h100-plus-v100": {"SD111"},
+    "windows-4090-post5-nan-wheel": {"SD191", "SD163"},
 }
+
+
+def test_the_ready_profiles_carry_the_runtime_this_sagedoctor_bundles() -> None:
+    from sagedoctor import __version__
+    from tests.profiles.make_profiles import RUNTIME
+
+    # after a version bump: set RUNTIME and run tests/profiles/make_profiles.py
+    assert __version__ == RUNTIME
+    for name in ("linux-h200-ready", "windows-rtx5090-torch213-ready"):
+        facts = load_facts_file(PROFILES / f"{name}.json")
+        assert facts.target is not None and facts.target.runtime == __version__
 
 
 def test_every_profile_file_has_an_expectation() -> None:
@@ -109,7 +124,8 @@ def test_profiles_cover_every_problem_code() -> None:
     seen: set[str] = set()
     for name in EXPECTED:
         seen |= {f.code for f in diagnose(load_facts_file(PROFILES / f"{name}.json"))}
-    problem_codes = {c for c in CATALOG if c.startswith("SD1")} - SUMMARY_CODES  # SD2xx: plan
+    problem_codes = ({c for c in CATALOG if c.startswith("SD1")} - SUMMARY_CODES
+                     - PREFLIGHT_CODES)  # SD2xx: plan; preflight codes: tests/test_preflight.py
     assert problem_codes <= seen, f"no profile triggers {sorted(problem_codes - seen)}"
 
 

@@ -232,6 +232,7 @@ def test_sigkill_after_the_invokeai_yaml_write_is_undone_by_the_next_run(
     python, site = venv
     config = tmp_path / "invoke root ü" / "invokeai.yaml"
     config.parent.mkdir()
+    (config.parent / "databases").mkdir()  # an InvokeAI root (the preflight asks for one)
     original = b"# mine\r\nschema_version: 4.0.3\r\nprecision: float16\r\n"
     if existed:
         config.write_bytes(original)

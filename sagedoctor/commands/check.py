@@ -37,7 +37,23 @@ def run_check(options: CheckOptions, out: TextIO | None = None) -> int:
                          areas=options.areas)
         )
         source = "this machine"
-    findings = findings_for_areas(diagnose(facts), options.areas)
+    if set(options.areas) >= set(AREAS):
+        # The whole check: the plan's verdict is part of it, so the two always agree.
+        from ..assess import assess
+        from ..errors import SagedoctorError
+        from ..findings import finding
+        from ..index import load_index, shipped_index
+
+        try:
+            index = load_index(None)
+            problem = []
+        except SagedoctorError as exc:  # a refreshed index that does not load: say so, go on
+            index = shipped_index()
+            problem = [finding("SD190", "error", f"{exc.message} (fix: {exc.fix})",
+                               area="sageattention", title="Could not read the wheel index")]
+        findings = list(assess(facts, index).findings) + problem
+    else:  # one area: its own findings (a blocked install shows in the whole check)
+        findings = findings_for_areas(diagnose(facts), options.areas)
     if options.as_json:
         stream.write(render_json(facts, findings, getattr(stream, "encoding", None)))
     else:

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from .. import exit_codes
 from ..errors import SagedoctorError
 from ..facts import TargetFacts
+from ..state import HOOK_FILE as HOOK_FILE  # re-exported: where enable writes it
 
-HOOK_FILE = "sagedoctor-runtime.pth"
 # The .pth line defines a finder inline instead of importing the runtime: an import from
 # site-packages at every start was most of the hook's cost in `python -c pass` (about 0.6 ms of
 # 10). The finder waits for torch.nn.functional, then hands over to sagedoctor_runtime.start;
@@ -37,7 +38,10 @@ HOOK_LINE = ("import sys; any(getattr(f, '__name__', '') == '_SagedoctorFinder' 
 
 
 class EnableError(SagedoctorError):
+    """enable's precondition (the runtime, a passing verify) is missing: fixable."""
+
     code = "SD930"
+    exit_status = exit_codes.FIXABLE
 
 
 def hook_path(target: TargetFacts) -> Path:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from .. import __version__
+from .. import __version__, exit_codes
 from ..render_plan import plan_exit_code, render_plan_json, render_plan_text
 from ..resolve import Blocked
 from .plan import PlanOptions, gather
@@ -51,27 +51,43 @@ def _recover_first(facts: object, stream: TextIO) -> bool:
         return recover_interrupted(folder, say)
 
 
-def _source_url(options: InstallOptions) -> str | None:
+def source_url_problem(url: str) -> str | None:
+    """Why this source-archive URL is refused, or None: https only (http for this machine)."""
     from urllib.parse import urlsplit
 
     from ..install.fetch import LOCAL_HOSTS
 
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError as exc:  # an unclosed [ in the host part
+        return f"not a URL ({exc})"
+    if parts.scheme == "https" and host:
+        return None
+    if parts.scheme == "http" and host in LOCAL_HOSTS:
+        return None
+    return "not https (http only for 127.0.0.1 or localhost)"
+
+
+def _source_url(options: InstallOptions) -> str | None:
     url = options.source_url or os.environ.get("SAGEDOCTOR_SOURCE_URL") or None
     if url is None:
         return None
-    parts = urlsplit(url)
-    if not (parts.scheme == "https" and parts.hostname) and not (
-            parts.scheme == "http" and parts.hostname in LOCAL_HOSTS):
+    problem = source_url_problem(url)
+    if problem:  # the CLI refuses it up front; this is for callers that skip the CLI
         from ..install.runner import InstallError
 
         where = "--source-url" if options.source_url else "SAGEDOCTOR_SOURCE_URL"
-        raise InstallError(f"{where} {url!r}: not https (http only for 127.0.0.1 or "
-                           "localhost)", f"fix {where}")
+        raise InstallError(f"{where} {url!r}: {problem}", f"fix {where}")
     return url
 
 
 def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
     stream = out or sys.stdout
+    if options.plan.facts_file is not None and not options.dry_run:
+        stream.write("sagedoctor: --facts describes another machine; use it with --dry-run\n")
+        return exit_codes.USAGE
+    source_url = None if options.dry_run else _source_url(options)  # refused before planning
     facts, index, result = gather(options.plan)
     if (not options.dry_run and options.plan.facts_file is None
             and _recover_first(facts, stream)):
@@ -82,20 +98,22 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
         else:
             stream.write(render_plan_text(result, header=f"index: {index.source}"))
         return plan_exit_code(result)
-    if options.plan.facts_file is not None:
-        stream.write("sagedoctor: --facts describes another machine; use it with --dry-run\n")
-        return 2
-    from ..install.execute import execute_plan
-
     stream.write(render_plan_text(result, header=f"index: {index.source}"))
     stream.flush()
+    if result.steps and all(step.action == "verify" for step in result.steps):
+        # Nothing to install, only a verify to redo (the hooked venv after a torch rewrite):
+        # no lock, no snapshot, no transaction for a venv that is not changed.
+        return run_verify(Path(result.python), Path(result.prefix), options.quick_verify,
+                          options.plan.as_json, stream)
+    from ..install.execute import execute_plan
+
 
     def progress(message: str) -> None:
         stream.write(f"  {message}\n")
         stream.flush()
 
     execute_plan(result, progress, _log_dir(), __version__, offline=options.offline,
-                 source_url=_source_url(options))
+                 source_url=source_url)
     if any(step.action == "verify" for step in result.steps):
         return run_verify(Path(result.python), Path(result.prefix), options.quick_verify,
                           options.plan.as_json, stream)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from .. import exit_codes
 from ..errors import SagedoctorError
 
 EXIT_OK = 0
@@ -20,9 +21,10 @@ EXIT_NOT_VERIFIED = 1  # routing stays off: not repairable here, or the plan was
 
 
 class PostUpdateError(SagedoctorError):
-    """The venv to repair cannot be found or read."""
+    """The venv to repair cannot be found or read: fixable, as `check`'s SD190 for it."""
 
     code = "SD950"
+    exit_status = exit_codes.FIXABLE
 
 
 class ConfirmationNeeded(SagedoctorError):

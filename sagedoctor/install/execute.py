@@ -175,6 +175,10 @@ class Executor:
             raise InstallError(f"this sagedoctor cannot yet carry out: {', '.join(unsupported)}",
                                "nothing was changed; do that step by hand (see `sagedoctor "
                                "plan`)")
+        from .preflight import run_preflight
+
+        # Everything the commit phase will touch, before the first download or build.
+        run_preflight(self.plan, self.work, venv_state_dir(self.prefix, self.state_root))
         self.log = RunLog(self.log_dir, self.log_name)
         try:
             self.say(f"log: {self.log.path}")

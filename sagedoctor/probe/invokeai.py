@@ -114,6 +114,33 @@ def read_config(facts: InvokeAIFacts) -> InvokeAIFacts:
     return parse_config(facts, raw)
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _strict_loader() -> type:
+    """yaml.SafeLoader that refuses a key given twice in one mapping."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode,
+                              deep: bool = False) -> dict[object, object]:
+            seen: set[object] = set()
+            for key_node, _value in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the base class refuses it
+                    break
+                if duplicate:
+                    raise _DuplicateKey(f"duplicate key {str(key)[:60]!r} (line "
+                                        f"{key_node.start_mark.line + 1})")
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
 def parse_config(facts: InvokeAIFacts, raw: bytes) -> InvokeAIFacts:
     """The settings sagedoctor reads from invokeai.yaml's bytes; a problem is config_error."""
     path = facts.config_path
@@ -125,7 +152,11 @@ def parse_config(facts: InvokeAIFacts, raw: bytes) -> InvokeAIFacts:
     # we meet, and undecodable bytes must not stop the check.
     text = raw.decode("utf-8-sig", errors="replace")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_strict_loader())  # a SafeLoader subclass
+    except _DuplicateKey as exc:
+        # PyYAML keeps the last value; the install's round-trip editor (ruamel) refuses the
+        # file: said by check, so the plan's edit step is blocked before any download.
+        return replace(facts, config_error=f"{path} is not valid YAML for the edit: {exc}")
     except yaml.YAMLError as exc:
         first = (str(exc).strip().splitlines() or ["a syntax error"])[0]
         return replace(facts, config_error=f"{path} is not valid YAML: {first}")

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..facts import VerificationFacts, WrongKernel
 from ..runtime.hook import dist_stats, stat_differences
-from ..state import load_status, venv_site_dirs
+from ..state import hook_enabled, load_status, venv_site_dirs
 
 
 def wrong_kernels(results: Any) -> tuple[WrongKernel, ...]:
@@ -32,8 +32,9 @@ def wrong_kernels(results: Any) -> tuple[WrongKernel, ...]:
 
 def read_verification(prefix: Path) -> VerificationFacts:
     status, record = load_status(prefix)
+    hooked = hook_enabled(prefix)
     if record is None:
-        return VerificationFacts(status=status)
+        return VerificationFacts(status=status, hooked=hooked)
     dists = record.fingerprint.get("dists") if isinstance(record.fingerprint, dict) else None
     dists = dists if isinstance(dists, dict) else {}
 
@@ -48,4 +49,5 @@ def read_verification(prefix: Path) -> VerificationFacts:
     return VerificationFacts(status=status, verdict=record.verdict,
                              verified_at=record.verified_at,
                              sageattention=version("sageattention"), torch=version("torch"),
-                             wrong_sageattn=wrong_kernels(record.results), changed=changed)
+                             wrong_sageattn=wrong_kernels(record.results), changed=changed,
+                             hooked=hooked)

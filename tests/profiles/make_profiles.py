@@ -2,7 +2,8 @@
 
 Each profile is a base machine plus the differences that make it what it is. Values come from
 ../shared/fixtures/h200-linux (the H200) and ../shared/facts/ (Windows wheels, drivers, triton).
-Run it after a facts schema change: `python tests/profiles/make_profiles.py`.
+Run it after a facts schema change, or a version bump (the ready profiles carry the runtime
+this sagedoctor bundles): `python tests/profiles/make_profiles.py`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 from packaging import tags as wheel_tags
 
 HERE = Path(__file__).parent
+# The sagedoctor-runtime version a "ready" venv has: the one this sagedoctor bundles.
+RUNTIME = "0.1.0"
 
 # glibc of the recorded H200 host (Ubuntu 24.04); the probe lists what packaging lists there.
 LINUX_GLIBC = (2, 39)
@@ -153,7 +156,7 @@ NO_GPU: dict[str, Any] = {"gpus": [], "driver_version": None, "source": "none", 
 SAGE_WIN = WIN_4090["target"]["sageattention"]
 
 PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    "linux-h200-ready": (LINUX_H200, {}),
+    "linux-h200-ready": (LINUX_H200, {"target": {"runtime": RUNTIME}}),
     "linux-cpu-machine-no-torch": (LINUX_H200, {"gpu": NO_GPU, "target": {
         "torch": None, "triton": None, "sageattention": None}}),
     "linux-amd-gpu": (LINUX_H200, {"gpu": {**NO_GPU, "gpus": [
@@ -288,11 +291,28 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                          "verified_at": "2026-12-01T18:00:00+00:00",
                          "sageattention": "2.2.0+cu130torch2.10.0andhigher.post6",
                          "torch": "2.10.0+cu130", "wrong_sageattn": []}}),
+    # post5 wheels give NaN on short sequence lengths (index: problems); post6 replaces them
+    "windows-4090-post5-nan-wheel": (WIN_4090, {"target": {"runtime": RUNTIME, "sageattention": {
+        **SAGE_WIN, "version": "2.2.0+cu130torch2.10.0andhigher.post5"}}}),
+    # An InvokeAI whose config class declares attention_backend (test_check_cli's stand-in has
+    # these choices): `install` sets it, so check names it until then.
+    "windows-invokeai-backend-not-set": (WIN_4090, {"target": {"runtime": RUNTIME, "invokeai": {
+        "version": "6.15.0", "attention_backend_supported": True,
+        "attention_backend_choices": ["auto", "torch-sdp", "sage"]}}}),
+    # `--root` names an empty folder: the edit would create an invokeai.yaml InvokeAI never reads
+    "windows-invokeai-root-not-a-root": (WIN_4090, {
+        "target": {"runtime": RUNTIME, "invokeai": {
+            "version": "6.15.0", "attention_backend_supported": True,
+            "attention_backend_choices": ["auto", "torch-sdp", "sage"]}},
+        "invokeai": {"root": "D:\\Downloads", "root_source": "--root", "installed": False,
+                     "venv": None, "config_path": "D:\\Downloads\\invokeai.yaml",
+                     "config_exists": False, "schema_version": None, "attention_type": None}}),
     "windows-rtx5090-torch213-ready": (WIN_4090, {
         "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 5090", "12.0", 32607)],
                 "driver_version": "581.57"},
         "target": {"torch": {"version": "2.13.0+cu130", "full_version": "2.13.0+cu130",
-                             "cuda": "13.0"}, "triton_windows": "3.7.1.post27"}}),
+                             "cuda": "13.0"}, "triton_windows": "3.7.1.post27",
+                   "runtime": RUNTIME}}),
     # --- today's torch and the rules derived from it (issue 18); facts schema 2 ---------------
     # torch 2.14.1 METADATA: `Requires-Dist: triton~=3.8.0; platform_system == "Linux" ...` on
     # win_amd64 and manylinux alike; its ATen.h demands C++20 (both read from PyPI, 2026-12-04).

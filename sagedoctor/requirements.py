@@ -1,0 +1,116 @@
+"""Requirements computed once, as data, for `check` and `plan` to render each its own way.
+
+`check` turns each into a finding with its fix, `resolve` into a step or a block: the runtime
+present, the verification current (where the start-up hook depends on it), the GPUs an install
+route serves and those it ignores, the installed wheel free of known problems, InvokeAI switched
+over. Pure: facts and the index in, plain values out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from . import __version__, compat
+from .facts import Facts, Gpu, TargetFacts, VerificationFacts
+from .index import WheelIndex
+
+# --- the GPUs an install route serves ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuService:
+    """Of the GPUs SageAttention runs on, which the OS's install route carries kernels for."""
+
+    served: tuple[Gpu, ...]
+    unserved: tuple[Gpu, ...]
+    code: str  # the finding that says "none served": SD203 (Windows wheels), SD205 (build)
+
+
+def windows_wheel_archs(index: WheelIndex, cuda: str | None) -> frozenset[str]:
+    """Compute capabilities the fork's Windows wheels for this CUDA carry kernels for."""
+    archs = set(index.windows_archs)
+    version = compat.parse_version(cuda)
+    if version is not None and version >= Version("12.8"):
+        archs |= set(index.windows_archs_cuda_12_8)
+    return frozenset(archs)
+
+
+def gpu_service(usable: list[Gpu], os_name: str, index: WheelIndex,
+                wheel_cuda: str | None) -> GpuService:
+    """`usable`: the GPUs SageAttention itself supports here (diagnose.usable_gpus)."""
+    if os_name == "windows":
+        covered = windows_wheel_archs(index, wheel_cuda)
+        code = "SD203"
+    else:
+        covered = frozenset(index.build.archs)
+        code = "SD205"
+    served = tuple(g for g in usable if g.compute_capability in covered)
+    return GpuService(served, tuple(g for g in usable if g not in served), code)
+
+
+# --- the runtime ---------------------------------------------------------------------------
+
+def runtime_shortfall(target: TargetFacts, runtime_version: str = __version__) -> str | None:
+    """Why the venv's runtime is not the one this sagedoctor bundles, or None."""
+    if target.runtime == runtime_version:
+        return None
+    have = f"has {target.runtime}" if target.runtime else "has none"
+    return f"the venv {have}; this sagedoctor bundles sagedoctor-runtime {runtime_version}"
+
+
+# --- the verification the start-up hook relies on --------------------------------------------
+
+def public_version(version: str | None) -> str | None:
+    return version.split("+", 1)[0] if version else None
+
+
+def verification_is_current(record: VerificationFacts, target: TargetFacts) -> bool:
+    """Whether the record was made with the sageattention and torch installed now: the same
+    versions, and no distribution's files rewritten since (another build, same version)."""
+    sage = target.sageattention.version if target.sageattention else None
+    torch = target.torch.version if target.torch else None
+    return (record.status == "verified" and record.sageattention == sage and not record.changed
+            and public_version(record.torch) == public_version(torch))
+
+
+def hooked_but_unverified(facts: Facts) -> bool:
+    """The start-up hook is on and no verify covers what is installed now: the runtime keeps
+    SageAttention off until one passes, so a verify is something to do, not a note."""
+    record, target = facts.verification, facts.target
+    if record is None or target is None or target.sageattention is None or not record.hooked:
+        return False
+    return not verification_is_current(record, target)
+
+
+# --- the installed wheel --------------------------------------------------------------------
+
+def known_wheel_problems(target: TargetFacts, index: WheelIndex, os_name: str) -> str | None:
+    """The index's note on the installed Windows wheel, where it lists one."""
+    sage = target.sageattention
+    if os_name != "windows" or sage is None:
+        return None
+    for wheel in index.windows_wheels:
+        if wheel.version == sage.version and wheel.problems:
+            return "; ".join(wheel.problems)
+    return None
+
+
+# --- InvokeAI ---------------------------------------------------------------------------------
+
+def invokeai_sage_choice(facts: Facts) -> str | None:
+    """The attention_backend value that selects SageAttention, where this InvokeAI has one."""
+    package = facts.target.invokeai if facts.target else None
+    if package is None or not package.attention_backend_supported:
+        return None
+    return next((c for c in package.attention_backend_choices if "sage" in c.lower()), None)
+
+
+def invokeai_switch_pending(facts: Facts) -> str | None:
+    """The choice to write into invokeai.yaml, where the plan would write it."""
+    choice = invokeai_sage_choice(facts)
+    inv = facts.invokeai
+    if choice is None or inv is None or inv.attention_backend == choice:
+        return None
+    return choice
