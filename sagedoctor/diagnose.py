@@ -4,8 +4,8 @@ with a Windows profile."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import replace
 from collections.abc import Iterable
+from dataclasses import replace
 
 from packaging.version import Version
 
@@ -436,7 +436,7 @@ def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
     if torch is None or not cuda:
         what = ("no torch installed" if torch is None
                 else f"torch {torch_build_of(torch).label} is not a CUDA build")
-        if req is not None and req.spec is not None and target.triton_windows \
+        if torch is not None and req is not None and req.spec is not None and target.triton_windows \
                 and not req.satisfied_by(target.triton_windows):
             pip = installer_command(target, os_name, "install")
             out.append(finding("SD152", "error", f"torch {torch.version} needs "
