@@ -436,8 +436,8 @@ def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
     if torch is None or not cuda:
         what = ("no torch installed" if torch is None
                 else f"torch {torch_build_of(torch).label} is not a CUDA build")
-        if torch is not None and req is not None and req.spec is not None and target.triton_windows \
-                and not req.satisfied_by(target.triton_windows):
+        if torch is not None and req is not None and req.spec is not None \
+                and target.triton_windows and not req.satisfied_by(target.triton_windows):
             pip = installer_command(target, os_name, "install")
             out.append(finding("SD152", "error", f"torch {torch.version} needs "
                                f"{req.requirement}; you have {req.package} "
