@@ -8,9 +8,9 @@ says how long each path took. Everything above it is the real code.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,16 @@ from sagedoctor.runtime.decisions import (
 )
 from sagedoctor.runtime.measure import (
     FULL,
-    QUICK,
+    LIVE,
     MeasureSettings,
     decide,
     inner_calls,
+    interval,
     lead_for,
+    looks,
     measure_pair,
     sustained_calls,
+    z_for,
 )
 
 
@@ -42,7 +45,8 @@ class FakeClock:
     """Per-call times for the two paths, with multiplicative noise, a slow first few samples
     (clocks ramping up) and optional outlier samples. `sustained` gives the per-call times
     once a path has run alone for `after_s` seconds: a GPU at its power limit clocks each
-    kernel by its own draw, which only shows in long runs of one path."""
+    kernel by its own draw, which only shows in long runs of one path. `now` is the wall
+    clock the work so far would have taken (the budget's clock)."""
 
     def __init__(self, kernel_s: float, sdpa_s: float, noise: float = 0.0, seed: int = 0,
                  cold_samples: int = 0, outliers: float = 0.0,
@@ -59,6 +63,10 @@ class FakeClock:
         self.calls = 0  # every call, timed or not
         self.last = ""
         self.alone_s = 0.0  # how long the last path has run without the other
+        self.elapsed = 0.0
+
+    def now(self) -> float:
+        return self.elapsed
 
     def paths(self) -> tuple[Callable[[], str], Callable[[], str]]:
         return (lambda: self._ran("kernel")), (lambda: self._ran("sdpa"))
@@ -68,6 +76,7 @@ class FakeClock:
         if path != self.last:
             self.last, self.alone_s = path, 0.0
         self.alone_s += self.times[path]
+        self.elapsed += self.times[path]
         return path
 
     def __call__(self, fn: Callable[[], Any], inner: int) -> float:
@@ -83,21 +92,95 @@ class FakeClock:
             per_call *= 2  # another process took the GPU for a moment
         self.calls += inner - 1
         self.alone_s += base * (inner - 1)
+        self.elapsed += base * (inner - 1)
         return per_call * inner
 
 
 def measured(kernel_s: float, sdpa_s: float, settings: MeasureSettings = FULL,
-             **clock: Any) -> Any:
+             prior: bool | None = None, **clock: Any) -> Any:
     fake = FakeClock(kernel_s, sdpa_s, **clock)
     kernel, sdpa = fake.paths()
-    return measure_pair(kernel, sdpa, fake, settings), fake
+    return measure_pair(kernel, sdpa, fake, settings, prior, clock=fake.now), fake
 
 
-def test_a_clear_win_routes_and_a_clear_loss_keeps_sdpa() -> None:
-    win, _ = measured(1.0e-3, 1.3e-3, noise=0.01)
-    loss, _ = measured(1.3e-3, 1.0e-3, noise=0.01)
-    assert win.route and 1.25 < win.speedup < 1.35
-    assert not loss.route and loss.speedup < 0.8
+SHORT_ONLY = FULL.for_device("cpu")
+
+
+# --- the sequential stopping rule ---------------------------------------------------------
+
+def test_a_clear_win_or_loss_stops_after_one_paired_sample() -> None:
+    # Wan at 1.27x, SDXL at 0.68x: one round of each order settles them, no sustained stage.
+    for sdpa_s, route in ((1.27e-3, True), (0.68e-3, False)):
+        result, fake = measured(1.0e-3, sdpa_s, noise=0.005)
+        assert result.route is route and result.decision == ("kernel" if route else "sdpa")
+        assert result.rounds == FULL.min_rounds == 2 and result.stopped == "decided"
+        assert result.short is None
+        assert fake.calls < 160  # 1 ms samples of one call; a sustained block is 160 calls
+        assert result.low < result.speedup < result.high
+
+
+def test_a_shape_near_one_gets_the_sustained_stage_and_far_ones_never_do() -> None:
+    # As on the H200 at 9728 tokens: 0.95x SDPA in short interleaved samples, 1.08x once
+    # each path runs alone long enough for the clock to follow it.
+    near, fake = measured(1.0e-3, 0.95e-3, noise=0.005, sustained=(1.0e-3, 1.08e-3))
+    assert near.short == pytest.approx(0.95, abs=0.01) and near.route
+    assert near.speedup == pytest.approx(1.08, abs=0.02)
+    assert near.kernel_s == pytest.approx(1.0e-3, rel=0.02)
+    lead, timed = (sustained_calls(s, 1.0e-3, FULL) for s in (FULL.sustain_lead_s,
+                                                             FULL.sustain_s))
+    assert (lead, timed) == (80, 80)
+    assert fake.calls >= 2 * FULL.sustain_min_rounds * (lead + timed)
+    # A short win above the margin stands (the sustained clock only lifted the kernel), and
+    # a short loss below the band's floor too: neither pays for the sustained stage.
+    for sdpa_s in (1.20e-3, 0.80e-3):
+        far, fake = measured(1.0e-3, sdpa_s, noise=0.005, sustained=(1.0e-3, 1.0e-3))
+        assert far.short is None and fake.calls < 160
+    # Without the sustained stage (as on the CPU) the short samples decide, wrongly for such
+    # a GPU.
+    assert FULL.for_device("cuda") is FULL
+    short_only, _ = measured(1.0e-3, 0.95e-3, SHORT_ONLY, noise=0.005,
+                             sustained=(1.0e-3, 1.08e-3))
+    assert not short_only.route and short_only.short is None
+
+
+def test_sampling_stops_as_soon_as_the_interval_clears_the_margin() -> None:
+    # 5.5% faster with 1% noise on the CPU path: more than one paired sample, far fewer than
+    # the bound, and routed.
+    result, _ = measured(1.0e-3, 1.055e-3, SHORT_ONLY, noise=0.01, seed=2)
+    assert result.route and result.stopped == "decided"
+    assert FULL.min_rounds < result.rounds < FULL.max_rounds
+    assert result.low >= FULL.margin
+    # At the margin itself nothing settles: sampling goes on to the bound, and SDPA is kept.
+    tie, _ = measured(1.0e-3, 1.03e-3, SHORT_ONLY, noise=0.01, seed=2)
+    assert tie.rounds == FULL.max_rounds and tie.stopped == "bound"
+    assert tie.decision == "undecided" and not tie.route
+    # In the sustained stage likewise, up to its own bound.
+    runs = [measured(1.0e-3, 1.0e-3, noise=0.01, seed=seed,
+                     sustained=(1.0e-3, 1.03e-3))[0] for seed in range(5)]
+    assert all(r.short is not None and r.rounds == FULL.sustain_max_rounds for r in runs)
+    assert not any(r.route for r in runs)
+
+
+def test_the_confidence_bound_is_honoured() -> None:
+    # The interval's quantile: Bonferroni over the stage's looks.
+    assert z_for(0.95, 1) == pytest.approx(1.95996, abs=1e-4)
+    assert z_for(0.99, 1) == pytest.approx(2.57583, abs=1e-4)
+    assert z_for(0.99, 6) > z_for(0.99, 1)
+    assert looks(2, 12) == 6 and looks(2, 2) == 1
+    _low, mid, high = interval([1.1, 1.1], 2.0, 0.02)
+    assert mid == pytest.approx(1.1) and high / mid == pytest.approx(math.exp(2 * 0.02 / 2**.5))
+    # Noisier rounds than the floor widen the interval from 4 rounds on.
+    assert interval([1.0, 1.2, 0.9, 1.1], 2.0, 0.01)[2] > interval([1.0] * 4, 2.0, 0.01)[2]
+    # A kernel exactly at the margin, and one 2% below it, measured with as much noise as
+    # the floor assumes: routed in at most 1 - confidence of 400 runs (none expected).
+    wrong = sum(measured(1.0e-3, speed * 1.0e-3, SHORT_ONLY, noise=FULL.noise_floor,
+                         seed=seed)[0].route
+                for seed in range(200) for speed in (1.0, FULL.margin - 0.02))
+    assert wrong <= (1 - FULL.confidence) * 400
+    # ...and a real 8% win with the same noise is found nearly always.
+    found = sum(measured(1.0e-3, 1.08e-3, SHORT_ONLY, noise=FULL.noise_floor,
+                         seed=seed)[0].route for seed in range(200))
+    assert found >= 190
 
 
 def test_a_tie_within_the_margin_never_routes() -> None:
@@ -111,18 +194,18 @@ def test_the_margin_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SAGEDOCTOR_ROUTE_MARGIN", "1.10")
     settings = FULL.with_env()
     assert settings.margin == 1.10
-    result, _ = measured(1.0e-3, 1.06e-3, settings, noise=0.002)
+    result, _ = measured(1.0e-3, 1.06e-3, settings.for_device("cpu"), noise=0.002)
     assert not result.route
     monkeypatch.setenv("SAGEDOCTOR_ROUTE_MARGIN", "fast please")
     assert FULL.with_env().margin == 1.03  # a bad value keeps the default
 
 
 def test_noisy_timings_near_the_line_give_the_same_decision_every_time() -> None:
-    # A real 6% win measured with 3% noise: routed in every one of 30 runs, never flipping.
-    decisions = {measured(1.0e-3, 1.06e-3, noise=0.01, seed=s)[0].route for s in range(30)}
+    decisions = {measured(1.0e-3, 1.10e-3, SHORT_ONLY, noise=0.01, seed=s)[0].route
+                 for s in range(30)}
     assert decisions == {True}
-    # A real 1% win with the same noise: never routed.
-    decisions = {measured(1.0e-3, 1.01e-3, noise=0.01, seed=s)[0].route for s in range(30)}
+    decisions = {measured(1.0e-3, 1.01e-3, SHORT_ONLY, noise=0.01, seed=s)[0].route
+                 for s in range(30)}
     assert decisions == {False}
 
 
@@ -132,69 +215,25 @@ def test_warm_up_absorbs_cold_clocks_before_the_paired_rounds() -> None:
     result, fake = measured(1.0e-3, 1.2e-3, noise=0.0, cold_samples=3)
     assert result.route and result.settled
     assert result.speedup == pytest.approx(1.2)
-    assert fake.samples["kernel"] >= 3 + FULL.rounds
+    assert fake.samples["kernel"] >= 3 + FULL.min_rounds
 
 
-def test_outlier_samples_do_not_decide() -> None:
-    # One sample in ten doubled (another process on the GPU): medians and quartiles hold.
-    result, _ = measured(1.0e-3, 1.25e-3, noise=0.01, outliers=0.1, seed=3)
-    assert result.route and 1.15 < result.speedup < 1.35
+def test_outlier_samples_widen_the_interval_instead_of_deciding() -> None:
+    # One sample in ten doubled (another process on the GPU): still routed, after more rounds.
+    result, _ = measured(1.0e-3, 1.25e-3, SHORT_ONLY, noise=0.01, outliers=0.1, seed=3)
+    assert result.route and 1.1 < result.speedup < 1.4
 
 
-def test_undecided_results_get_more_rounds_up_to_the_bound() -> None:
-    short_only = replace(FULL, sustain_s=0.0)
-    result, _ = measured(1.0e-3, 1.035e-3, short_only, noise=0.03, seed=1)
-    assert FULL.rounds < result.rounds <= FULL.max_rounds
-    quick, _ = measured(1.0e-3, 1.035e-3, replace(QUICK, sustain_s=0.0), noise=0.03, seed=1)
-    assert quick.rounds <= QUICK.max_rounds
-    # In the sustained stage likewise: 2 rounds, then more in pairs up to its own bound.
-    runs = [measured(1.0e-3, 1.035e-3, noise=0.03, seed=seed)[0] for seed in range(10)]
-    assert all(r.short is not None and r.rounds <= FULL.sustain_max_rounds for r in runs)
-    assert any(r.rounds > FULL.sustain_rounds for r in runs)
-
-
-def test_a_kernel_the_power_limit_favours_is_decided_by_the_sustained_stage() -> None:
-    # As on the H200 at 9728 tokens: 0.95x SDPA in short interleaved samples, 1.08x once
-    # each path runs alone long enough for the clock to follow it.
-    result, _ = measured(1.0e-3, 0.95e-3, noise=0.005, sustained=(1.0e-3, 1.08e-3))
-    assert result.route and result.short == pytest.approx(0.95, abs=0.01)
-    assert result.speedup == pytest.approx(1.08, abs=0.02)
-    assert result.kernel_s == pytest.approx(1.0e-3, rel=0.02)
-    # ...and the other way round: ahead in short samples, behind when sustained.
-    result, _ = measured(1.0e-3, 1.06e-3, noise=0.005, sustained=(1.0e-3, 0.97e-3))
-    assert not result.route and result.speedup < 1.0
-    # Without the sustained stage (as on the CPU) the short samples decide, wrongly for such
-    # a GPU.
-    assert FULL.for_device("cuda") is FULL
-    short_only, _ = measured(1.0e-3, 0.95e-3, FULL.for_device("cpu"), noise=0.005,
-                             sustained=(1.0e-3, 1.08e-3))
-    assert not short_only.route and short_only.short is None
-
-
-def test_clear_results_never_pay_for_the_sustained_stage() -> None:
-    for kernel_s, sdpa_s in ((1.0e-3, 1.3e-3), (1.3e-3, 1.0e-3)):
-        result, fake = measured(kernel_s, sdpa_s, noise=0.005, sustained=(1.0e-3, 1.0e-3))
-        assert result.short is None
-        assert fake.calls < 160  # 1 ms samples of one call; a sustained block is 160 calls
-
-
-def test_the_sustained_stage_keeps_the_hysteresis_and_runs_blocks_of_the_set_length() -> None:
-    def run(prior: bool | None) -> tuple[Any, FakeClock]:
-        fake = FakeClock(1.0e-3, 1.0e-3, noise=0.002, sustained=(1.0e-3, 1.045e-3))
-        kernel, sdpa = fake.paths()
-        return measure_pair(kernel, sdpa, fake, FULL, prior=prior), fake
-
-    fresh, fake = run(None)
-    assert fresh.route  # 1.045 clears the margin...
-    assert not run(False)[0].route  # ...but not twice over, for a shape kept on SDPA before
-    assert run(True)[0].route
-    # 4 rounds of 2 blocks, each 80 ms untimed then 80 ms timed, on top of the short stage
-    lead, timed = (sustained_calls(s, 1.0e-3, FULL) for s in (FULL.sustain_lead_s,
-                                                             FULL.sustain_s))
-    assert (lead, timed) == (80, 80)
-    assert fake.calls >= 2 * FULL.sustain_rounds * (lead + timed)
-    assert sustained_calls(1.0, 0.0, FULL) == FULL.sustain_max_inner
-    assert sustained_calls(0.08, 1.0, FULL) == 1
+def test_the_live_budget_bounds_the_wall_time_of_one_measurement() -> None:
+    # A 20 ms call at the line, with the app waiting: at most the budget and one more round.
+    result, fake = measured(20e-3, 20.6e-3, LIVE, noise=0.005)
+    assert result.stopped == "budget" and not result.route
+    assert LIVE.budget_s <= fake.elapsed <= LIVE.budget_s + 4 * 21e-3
+    assert result.spent_s == pytest.approx(fake.elapsed)
+    # A clear win is decided well inside it.
+    quick, fake = measured(2e-3, 3e-3, LIVE, noise=0.005)
+    assert quick.route and quick.stopped == "decided" and fake.elapsed < 0.1
+    assert LIVE.sustain_s == 0  # no sustained stage while the app waits
 
 
 def test_decide_and_inner_calls() -> None:
@@ -204,29 +243,38 @@ def test_decide_and_inner_calls() -> None:
     assert inner_calls(2e-4, FULL) == 5  # a 0.2 ms call: 5 per 1 ms sample
     assert inner_calls(5e-3, FULL) == 1
     assert inner_calls(0.0, FULL) == FULL.max_inner
+    assert sustained_calls(1.0, 0.0, FULL) == FULL.sustain_max_inner
+    assert sustained_calls(0.08, 1.0, FULL) == 1
 
 
 def test_a_shape_routed_before_stays_routed_at_the_line_and_leaves_when_slower() -> None:
-    # A kernel 1% faster with 2% noise: measured fresh it is undecided and stays on SDPA; a
-    # shape an earlier run of this build routed keeps its route, so runs do not flip.
+    # A kernel 1% faster with 2% noise: measured fresh it stays on SDPA; a shape an earlier
+    # run of this build routed keeps its route, so runs do not flip.
     for seed in range(6):
-        fake = FakeClock(1.0e-3, 1.01e-3, noise=0.02, seed=seed)
-        kernel, sdpa = fake.paths()
-        fresh = measure_pair(kernel, sdpa, fake, FULL)
-        kept = measure_pair(kernel, sdpa, fake, FULL, prior=True)
+        fresh, _ = measured(1.0e-3, 1.01e-3, SHORT_ONLY, noise=0.02, seed=seed)
+        kept, _ = measured(1.0e-3, 1.01e-3, SHORT_ONLY, prior=True, noise=0.02, seed=seed)
         assert not fresh.route and kept.route and kept.prior is True
     # ...but not once it is measurably slower: 5% slower leaves the route.
-    slower, _ = measured(1.05e-3, 1.0e-3, noise=0.01)
-    fake = FakeClock(1.05e-3, 1.0e-3, noise=0.01)
-    kernel, sdpa = fake.paths()
-    assert not slower.route and not measure_pair(kernel, sdpa, fake, FULL, prior=True).route
+    slower, _ = measured(1.05e-3, 1.0e-3, SHORT_ONLY, prior=True, noise=0.01)
+    assert not slower.route
     # A shape kept on SDPA before needs the margin twice over: 4.5% faster routes a fresh
     # shape but not one an earlier run kept on SDPA; 10% faster routes both.
     for speedup, fresh_route, kept_route in ((1.045, True, False), (1.10, True, True)):
-        fake = FakeClock(1.0e-3, speedup * 1.0e-3, noise=0.002)
-        kernel, sdpa = fake.paths()
-        assert measure_pair(kernel, sdpa, fake, FULL).route is fresh_route
-        assert measure_pair(kernel, sdpa, fake, FULL, prior=False).route is kept_route
+        assert measured(1.0e-3, speedup * 1.0e-3, SHORT_ONLY, noise=0.002)[0].route \
+            is fresh_route
+        assert measured(1.0e-3, speedup * 1.0e-3, SHORT_ONLY, prior=False,
+                        noise=0.002)[0].route is kept_route
+
+
+def test_the_sustained_stage_keeps_the_hysteresis() -> None:
+    def run(prior: bool | None) -> Any:
+        return measured(1.0e-3, 1.0e-3, prior=prior, noise=0.002,
+                        sustained=(1.0e-3, 1.06e-3))[0]
+
+    assert run(None).route  # 1.06 clears the margin...
+    assert not run(False).route  # ...but not twice over, for a shape kept on SDPA before
+    kept = run(True)
+    assert kept.route and kept.rounds == FULL.sustain_min_rounds  # above 1: settled at once
 
 
 def test_hysteresis_in_decide() -> None:
