@@ -481,3 +481,86 @@ def test_a_read_only_calibration_folder_still_decides_in_process(tmp_path: Path)
         F.scaled_dot_product_attention(x, x, x)
         F.scaled_dot_product_attention(x, x, x)
     assert router.stats()["routed"] == {"clocked": 2}
+
+
+def test_the_router_decides_a_new_shape_from_stored_neighbours_that_agree(
+        tmp_path: Path) -> None:
+    # verify stored 256 and 1024 (routed both) and 2048 (SDPA): 512 lies between two that
+    # agree and is decided without timing; 1536 lies between two that disagree and is timed
+    # live, once, inside the budget.
+    from sagedoctor.runtime import sage_scope
+
+    path = tmp_path / "calibration.json"
+    stored = Calibration()
+    for tokens, route in ((256, True), (1024, True), (2048, False)):
+        stored.put("cpu", shape_key("bfloat16", 64, 2, tokens, tokens, False),
+                   Decision(route, "clocked", 1.0, 1.0, 1.0, 2, "verify"))
+    save_calibration(str(path), stored)
+    kernel = ClockedKernel(wins={512, 1536})
+    router = _router(kernel, path)
+    with sage_scope(router):
+        for n in (512, 1536):
+            x = torch.randn(1, 2, n, 64).to(torch.bfloat16)
+            F.scaled_dot_product_attention(x, x, x)
+    measured_stats = router.stats()["measured"]
+    assert measured_stats["shapes"] == 1 and measured_stats["interpolated"] == 1
+    assert 0 < measured_stats["max_ms"] <= 300
+    assert router.stats()["routed"] == {"clocked": 2}
+    saved = load_calibration(str(path)).gpus["cpu"].decisions
+    assert shape_key("bfloat16", 64, 2, 1536, 1536, False) in saved  # the timed one, stored
+    assert shape_key("bfloat16", 64, 2, 512, 512, False) not in saved  # derived, not stored
+
+
+def test_lookup_interpolates_only_between_agreeing_self_attention_neighbours() -> None:
+    cal = Calibration()
+
+    def put(tokens: int, route: bool, kernel: str = "k", bh: int = 24, kv: int = 0) -> None:
+        cal.put("GPU-1", shape_key("bfloat16", 128, bh, tokens, kv or tokens, False),
+                Decision(route, kernel, 1.0, 1.0, 1.0, 2, "verify"))
+
+    put(4096, False)
+    put(8192, False)
+    put(16384, True)
+    put(12288, True, bh=40)  # another bucket: not a neighbour
+
+    def how(tokens: int, kv: int = 0, bh: int = 24) -> tuple[bool | None, str]:
+        found, way = cal.lookup("GPU-1", shape_key("bfloat16", 128, bh, tokens,
+                                                   kv or tokens, False))
+        return (found.route if found else None), way
+
+    assert how(4096) == (False, "stored")
+    assert how(6144) == (False, "interpolated")
+    assert how(12288) == (None, "unknown")  # 8192 and 16384 disagree
+    assert how(2048) == (None, "unknown") and how(32768) == (None, "unknown")  # no side
+    assert how(6144, kv=77) == (None, "unknown")  # cross-attention is never interpolated
+    assert cal.lookup("GPU-2", shape_key("bfloat16", 128, 24, 6144, 6144, False))[0] is None
+    put(8192, False, kernel="other")  # neighbours measured with different kernels
+    assert how(6144) == (None, "unknown")
+
+
+def test_a_new_sweep_replaces_the_old_one_and_keeps_the_apps_own_shapes(tmp_path: Path,
+                                                                          ) -> None:
+    from sagedoctor.verify import agreement, write_calibration
+
+    def cal(points: dict[int, bool], source: str = "verify") -> Calibration:
+        out = Calibration({"sageattention": "2.2.0"}, {}, {"driver": "580"})
+        for tokens, route in points.items():
+            out.put("GPU-1", shape_key("bfloat16", 128, 24, tokens, tokens, False),
+                    Decision(route, "k", 1.0, 1.0, 1.0, 2, source, f"2026-12-0{tokens}T00"))
+        return out
+
+    first = cal({1: False, 6: True, 9: True})
+    write_calibration(tmp_path, first)
+    app = cal({7: True}, "runtime")
+    merge_into_file(str(tmp_path / "sagedoctor" / "calibration.json"), app)
+    second = cal({1: False, 4: False, 5: True, 9: True})
+    path = write_calibration(tmp_path, second)
+    stored = load_calibration(str(path))
+    assert {int(k.split("|")[3]) for k in stored.gpus["GPU-1"].decisions} == {1, 4, 5, 7, 9}
+    assert stored.inputs == {"driver": "580"}
+    # Agreement over the shapes either run stored, each as the router would take it.
+    agreed = agreement([first, second], [{}, {}])
+    # 4 and 5 lie between the first run's 1 (SDPA) and 6 (routed): it leaves them to live
+    # timing; 6 lies between the second run's 5 and 9, routed both.
+    assert agreed["shapes"] == 5 and agreed["shapes_agreeing"] == 3
+    assert [line.split(": ")[1] for line in agreed["flipped"]] == ["- sdpa", "- route"]
