@@ -102,7 +102,8 @@ def test_an_unchanged_build_re_times_a_sample_and_keeps_the_rest() -> None:
                     FLUX_APPS, {}, 1, 24, {}, "bf16")
     stored = _stored(first)
     sample = reuse_sample(stored, FLUX_APPS)
-    assert set(FLUX_APPS) <= set(sample) and 11264 in sample  # the crossover's routed side
+    assert sample == sorted(FLUX_APPS)  # a family with app shapes: those
+    assert reuse_sample(stored, ()) == [11264]  # else the crossover's routed side
     log.clear()
     info: dict[str, Any] = {}
     ticks: list[tuple[int, int, str]] = []
@@ -117,12 +118,12 @@ def test_an_unchanged_build_re_times_a_sample_and_keeps_the_rest() -> None:
     # A sample that disagrees measures the family anew and says so.
     log.clear()
     info = {}
-    moved = _family(_fake_measure(lambda t: t >= 16384, log), lambda *_: None, SWEEP,
+    moved = _family(_fake_measure(lambda t: t >= 9728, log), lambda *_: None, SWEEP,
                     FLUX_APPS, stored, 1, 24, info, "bf16")
     assert info["families_remeasured"] == ["bf16"]
     assert not any(p["reused"] for p in moved)
-    assert {p["tokens"]: p["route"] for p in moved}[16384] is True
-    assert {p["tokens"]: p["route"] for p in moved}[9728] is False
+    assert {p["tokens"]: p["route"] for p in moved}[9728] is True
+    assert {p["tokens"]: p["route"] for p in moved}[4608] is False
 
 
 def test_reuse_sample_without_any_route_takes_the_longest_length() -> None:

@@ -307,10 +307,13 @@ def family_points(earlier: dict[str, Decision], dtype: str, d: int, batch: int, 
 
 
 def reuse_sample(stored: dict[int, Decision], apps: tuple[int, ...]) -> list[int]:
-    """The stored lengths a reusing verify times again: the app lengths, and the routed side
-    of each crossover (else the longest length, where nothing is routed)."""
+    """The stored lengths a reusing verify times again: a family's app lengths; in a family
+    without app shapes, the routed side of each crossover (else the longest length, where
+    nothing is routed)."""
     lengths = sorted(stored)
     sample = {t for t in apps if t in stored}
+    if sample:
+        return sorted(sample)
     for lower, upper in itertools.pairwise(lengths):
         if stored[upper].route and not stored[lower].route:
             sample.add(upper)
@@ -380,15 +383,20 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
         timing["import_sageattention_s"] = round(time.perf_counter() - started, 2)
     except Exception as exc:
         report["import"] = f"{type(exc).__name__}: {exc}"[:300]
+    started = time.perf_counter()
     report["modules"] = _modules()
+    timing["modules_s"] = round(time.perf_counter() - started, 2)
     if on_cpu:
         report["gpus"].append(_cpu_entry(torch, thresholds, sdpa, dtypes, head_dims,
                                          settings, report, progress))
         return report
+    started = time.perf_counter()
     if not torch.cuda.is_available():
         report["error"] = "torch sees no CUDA GPU"
         return report
     count = torch.cuda.device_count()
+    torch.empty(1, device="cuda")  # the CUDA context, timed on its own
+    timing["cuda_init_s"] = round(time.perf_counter() - started, 2)
     tracker = Progress(progress)
     for index in range(count):
         for dtype_name in dtypes:
@@ -491,11 +499,11 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
               check_shape: tuple[int, int, int] = CHECK_SHAPE, *, reuse: bool = False,
               report: dict[str, Any] | None = None, progress: Progress | None = None,
               gpu_label: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+    checks_began = time.perf_counter()
     key: dict[str, Any] = {"dtype": dtype_name, "head_dim": d, "kernels": [], "chosen": None,
                            "sweep": [], "crossover": None,
                            "sageattn_auto": _sageattn_auto(torch, device, arch, dtype, d,
                                                            thresholds, sdpa, check_shape)}
-    checks_began = time.perf_counter()
     normal = _inputs(torch, device, dtype, check_shape, d, outlier=False)
     outlier = _inputs(torch, device, dtype, check_shape, d, outlier=True, seed=1)
     chosen: tuple[KernelSpec, Callable[..., Any]] | None = None
