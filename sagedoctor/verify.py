@@ -4,7 +4,12 @@ the per-shape decisions the runtime reads, a verdict for state, and the record `
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,13 +17,16 @@ from typing import Any
 from . import exit_codes
 from .errors import SagedoctorError
 from .install.bundle import PACKAGE
-from .proc import ToolMissing, ToolTimeout, run_tool
+from .proc import ToolMissing, ToolResult, ToolTimeout, _kill_tree, run_tool
 from .runtime.decisions import (
+    PROGRESS_PREFIX,
     Calibration,
     Decision,
     build_fingerprint,
     gpu_identity,
-    merge_into_file,
+    load_calibration,
+    parse_shape_key,
+    save_calibration,
     shape_key,
 )
 
@@ -65,13 +73,17 @@ class KeyResult:
         return f"{self.arch}|{self.dtype}|{self.head_dim}"
 
 
-def run_selftest(python: Path, quick: bool, timeout: float = 1800,
-                 fresh: bool = False) -> dict[str, Any]:
-    """`fresh`: measure as if no earlier run had stored decisions for this build."""
+def run_selftest(python: Path, quick: bool, timeout: float = 1800, fresh: bool = False,
+                 progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """`fresh`: measure as if no earlier run had stored decisions for this build.
+    `progress` gets one parsed progress line per measured shape (see `progress_line`)."""
     argv = [str(python), "-m", f"{PACKAGE}.selftest", "--json"] + (["--quick"] if quick else [])
     argv += ["--fresh"] if fresh else []
     try:
-        done = run_tool(argv, timeout=timeout)
+        if progress is None:
+            done = run_tool(argv, timeout=timeout)
+        else:
+            done = _run_streaming([*argv, "--progress"], timeout, progress)
     except ToolTimeout:
         raise VerifyError(f"the self-test did not finish within {timeout:.0f} s", "") from None
     except ToolMissing:
@@ -82,6 +94,93 @@ def run_selftest(python: Path, quick: bool, timeout: float = 1800,
                           f"run `sagedoctor install --venv {python.parent.parent}` to bundle "
                           "the runtime")
     return parse_report(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
+
+
+def parse_progress(line: str) -> dict[str, Any] | None:
+    """A progress line of the self-test, checked field by field; None for anything else."""
+    if not line.startswith(PROGRESS_PREFIX):
+        return None
+    try:
+        data = json.loads(line[len(PROGRESS_PREFIX):])
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    out: dict[str, Any] = {}
+    for name in ("key", "shape", "what"):
+        value = data.get(name)
+        out[name] = value[:80] if isinstance(value, str) else ""
+    for name in ("done", "left"):
+        value = data.get(name)
+        out[name] = value if isinstance(value, int) and not isinstance(value, bool) \
+            and 0 <= value < 1_000_000 else 0
+    for name in ("spent_s", "left_s"):
+        value = data.get(name)
+        out[name] = float(value) if isinstance(value, int | float) \
+            and not isinstance(value, bool) and 0 <= value < 1e7 else None
+    return out
+
+
+def progress_line(data: dict[str, Any]) -> str:
+    """'bfloat16 D128 1x24: 1x24x9728 measured (12 done, about 9 left, ~14 s left)'."""
+    left_s = data.get("left_s")
+    eta = f", ~{left_s:.0f} s left" if isinstance(left_s, float) else ""
+    return (f"{data['key']}: {data['shape']} {data['what']} ({data['done']} done, about "
+            f"{data['left']} left{eta})")
+
+
+def _run_streaming(argv: Sequence[str], timeout: float,
+                   progress: Callable[[dict[str, Any]], None]) -> ToolResult:
+    """run_tool with the self-test's stderr read line by line: progress lines go to
+    `progress` as they come, the rest is kept. The tree is killed on timeout or Ctrl+C."""
+    kwargs: dict[str, Any] = {}
+    if sys.platform == "win32":
+        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP | getattr(
+            subprocess, "CREATE_NO_WINDOW", 0)
+    else:
+        kwargs["start_new_session"] = True
+    try:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, **kwargs)
+    except FileNotFoundError as exc:
+        raise ToolMissing(argv[0]) from exc
+    except PermissionError as exc:
+        raise ToolMissing(f"{argv[0]} (not executable)") from exc
+    out: list[bytes] = []
+    err: list[str] = []
+    assert proc.stdout is not None and proc.stderr is not None
+    stdout, stderr = proc.stdout, proc.stderr
+    reader = threading.Thread(target=lambda: out.append(stdout.read()), daemon=True)
+    reader.start()
+
+    def read_stderr() -> None:
+        for raw in stderr:
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            parsed = parse_progress(line)
+            if parsed is None:
+                if sum(len(e) for e in err) < 1_000_000:
+                    err.append(line)
+                continue
+            with contextlib.suppress(Exception):  # a broken display never stops the test
+                progress(parsed)
+
+    errors = threading.Thread(target=read_stderr, daemon=True)
+    errors.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc)
+        proc.wait()
+        raise ToolTimeout(argv, timeout) from None
+    except BaseException:
+        _kill_tree(proc)
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=5)
+        raise
+    reader.join(timeout=10)
+    errors.join(timeout=10)
+    return ToolResult(tuple(argv), proc.returncode,
+                      b"".join(out).decode("utf-8", errors="replace"), "\n".join(err))
 
 
 def parse_report(text: str) -> dict[str, Any]:
@@ -139,6 +238,9 @@ def calibration(report: dict[str, Any], when: str = "") -> Calibration:
     """The per-GPU, per-shape decisions of one self-test run, for the runtime's file."""
     quick = bool((report.get("measure") or {}).get("quick"))
     out = Calibration(build_fingerprint((report.get("fingerprint") or {}).get("dists") or {}))
+    inputs = report.get("inputs")
+    if isinstance(inputs, dict):
+        out.inputs = {str(k): v if isinstance(v, str) else None for k, v in inputs.items()}
     for gpu in report["gpus"]:
         gpu_id = gpu_identity(gpu.get("uuid"), str(gpu.get("name", "")), str(gpu["arch"]),
                               int(gpu["index"]))
@@ -158,7 +260,9 @@ def calibration(report: dict[str, Any], when: str = "") -> Calibration:
                     route=_point_routes(point), kernel=str(key["chosen"]), speedup=speedup,
                     low=float(point.get("low", speedup)), high=float(point.get("high", speedup)),
                     rounds=int(point.get("rounds", 0)),
-                    source="verify-quick" if quick else "verify", measured_at=when)
+                    source="verify-quick" if quick else "verify",
+                    measured_at=str(point["measured_at"]) if point.get("reused")
+                    and isinstance(point.get("measured_at"), str) else when)
                 out.put(gpu_id, shape_key(str(key["dtype"]), int(key["head_dim"]),
                                           batch * heads, tokens, tokens, False),
                         decision, str(gpu.get("name", "")), str(gpu["arch"]))
@@ -167,9 +271,16 @@ def calibration(report: dict[str, Any], when: str = "") -> Calibration:
 
 def write_calibration(prefix: Path, data: Calibration) -> Path:
     """Merged into what is there: a quick run never replaces a full one's shapes, and a run
-    of another build replaces everything."""
+    of another build replaces everything. A full run replaces the earlier sweep of each key it
+    measured whole (bisection measures other lengths each time; an older point left between
+    the new brackets would contradict them); shapes the app timed itself stay."""
     path = prefix / "sagedoctor" / "calibration.json"
-    merge_into_file(str(path), data)
+    existing = load_calibration(str(path))
+    for gpu, entry in data.gpus.items():
+        keys = {(parsed[0], parsed[1]) for key, decision in entry.decisions.items()
+                if decision.source == "verify" and (parsed := parse_shape_key(key)) is not None}
+        existing = existing.without_sweep(gpu, keys)
+    save_calibration(str(path), existing.merged_with(data))
     return path
 
 
@@ -271,6 +382,23 @@ def render_app_shapes(data: Calibration) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def render_reuse(report: dict[str, Any]) -> str:
+    """Whether stored decisions were kept, and why: 'kept 38 stored shape decisions, re-timed
+    9 (same SageAttention build, ...)' or 'every shape measured (--fresh: ...)'."""
+    reuse = (report.get("measure") or {}).get("reuse")
+    if not isinstance(reuse, dict):
+        return ""
+    why = str(reuse.get("why", ""))[:300]
+    kept, timed = reuse.get("kept", 0), reuse.get("timed", 0)
+    again = [str(f) for f in reuse.get("families_remeasured") or []][:20]
+    if reuse.get("allowed") and isinstance(kept, int) and kept + (timed or 0) > 0:
+        line = f"kept {kept} stored shape decisions and re-timed {timed} ({why})"
+        if again:
+            line += "; measured anew where the sample disagreed: " + ", ".join(again)
+        return line + "\n"
+    return f"every shape measured: {why}\n"
+
+
 def run_signature(results: list[KeyResult]) -> dict[str, Any]:
     """One run's outcome, for `verify --repeat`: the verdict per key and every shape's
     decision."""
@@ -283,11 +411,14 @@ def agreement(runs: list[Calibration], signatures: list[dict[str, Any]]) -> dict
     flipped."""
     keys = sorted({k for s in signatures for k in s})
     key_agree = [k for k in keys if len({s.get(k) for s in signatures}) == 1]
+    # Over every shape any run stored, each run's decision as the router takes it: stored,
+    # or interpolated between that run's brackets (bisection stores different lengths).
+    union = sorted({(gpu, shape) for run in runs for gpu, entry in run.gpus.items()
+                    for shape in entry.decisions})
     shapes: dict[tuple[str, str], list[bool | None]] = {}
-    for i, run in enumerate(runs):
-        for gpu, entry in run.gpus.items():
-            for shape, decision in entry.decisions.items():
-                shapes.setdefault((gpu, shape), [None] * len(runs))[i] = decision.route
+    for gpu, shape in union:
+        shapes[(gpu, shape)] = [(found.route if found is not None else None)
+                                for found, _how in (run.lookup(gpu, shape) for run in runs)]
     flipped = sorted(f"{gpu} {shape}: " + " ".join("route" if v else "sdpa" if v is False
                                                     else "-" for v in values)
                      for (gpu, shape), values in shapes.items() if len(set(values)) > 1)

@@ -8,9 +8,9 @@ says how long each path took. Everything above it is the real code.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,16 @@ from sagedoctor.runtime.decisions import (
 )
 from sagedoctor.runtime.measure import (
     FULL,
-    QUICK,
+    LIVE,
     MeasureSettings,
     decide,
     inner_calls,
+    interval,
     lead_for,
+    looks,
     measure_pair,
     sustained_calls,
+    z_for,
 )
 
 
@@ -42,7 +45,8 @@ class FakeClock:
     """Per-call times for the two paths, with multiplicative noise, a slow first few samples
     (clocks ramping up) and optional outlier samples. `sustained` gives the per-call times
     once a path has run alone for `after_s` seconds: a GPU at its power limit clocks each
-    kernel by its own draw, which only shows in long runs of one path."""
+    kernel by its own draw, which only shows in long runs of one path. `now` is the wall
+    clock the work so far would have taken (the budget's clock)."""
 
     def __init__(self, kernel_s: float, sdpa_s: float, noise: float = 0.0, seed: int = 0,
                  cold_samples: int = 0, outliers: float = 0.0,
@@ -59,6 +63,10 @@ class FakeClock:
         self.calls = 0  # every call, timed or not
         self.last = ""
         self.alone_s = 0.0  # how long the last path has run without the other
+        self.elapsed = 0.0
+
+    def now(self) -> float:
+        return self.elapsed
 
     def paths(self) -> tuple[Callable[[], str], Callable[[], str]]:
         return (lambda: self._ran("kernel")), (lambda: self._ran("sdpa"))
@@ -68,6 +76,7 @@ class FakeClock:
         if path != self.last:
             self.last, self.alone_s = path, 0.0
         self.alone_s += self.times[path]
+        self.elapsed += self.times[path]
         return path
 
     def __call__(self, fn: Callable[[], Any], inner: int) -> float:
@@ -83,21 +92,95 @@ class FakeClock:
             per_call *= 2  # another process took the GPU for a moment
         self.calls += inner - 1
         self.alone_s += base * (inner - 1)
+        self.elapsed += base * (inner - 1)
         return per_call * inner
 
 
 def measured(kernel_s: float, sdpa_s: float, settings: MeasureSettings = FULL,
-             **clock: Any) -> Any:
+             prior: bool | None = None, **clock: Any) -> Any:
     fake = FakeClock(kernel_s, sdpa_s, **clock)
     kernel, sdpa = fake.paths()
-    return measure_pair(kernel, sdpa, fake, settings), fake
+    return measure_pair(kernel, sdpa, fake, settings, prior, clock=fake.now), fake
 
 
-def test_a_clear_win_routes_and_a_clear_loss_keeps_sdpa() -> None:
-    win, _ = measured(1.0e-3, 1.3e-3, noise=0.01)
-    loss, _ = measured(1.3e-3, 1.0e-3, noise=0.01)
-    assert win.route and 1.25 < win.speedup < 1.35
-    assert not loss.route and loss.speedup < 0.8
+SHORT_ONLY = FULL.for_device("cpu")
+
+
+# --- the sequential stopping rule ---------------------------------------------------------
+
+def test_a_clear_win_or_loss_stops_after_one_paired_sample() -> None:
+    # Wan at 1.27x, SDXL at 0.68x: one round of each order settles them, no sustained stage.
+    for sdpa_s, route in ((1.27e-3, True), (0.68e-3, False)):
+        result, fake = measured(1.0e-3, sdpa_s, noise=0.005)
+        assert result.route is route and result.decision == ("kernel" if route else "sdpa")
+        assert result.rounds == FULL.min_rounds == 2 and result.stopped == "decided"
+        assert result.short is None
+        assert fake.calls < 160  # 1 ms samples of one call; a sustained block is 160 calls
+        assert result.low < result.speedup < result.high
+
+
+def test_a_shape_near_one_gets_the_sustained_stage_and_far_ones_never_do() -> None:
+    # As on the H200 at 9728 tokens: 0.95x SDPA in short interleaved samples, 1.08x once
+    # each path runs alone long enough for the clock to follow it.
+    near, fake = measured(1.0e-3, 0.95e-3, noise=0.005, sustained=(1.0e-3, 1.08e-3))
+    assert near.short == pytest.approx(0.95, abs=0.01) and near.route
+    assert near.speedup == pytest.approx(1.08, abs=0.02)
+    assert near.kernel_s == pytest.approx(1.0e-3, rel=0.02)
+    lead, timed = (sustained_calls(s, 1.0e-3, FULL) for s in (FULL.sustain_lead_s,
+                                                             FULL.sustain_s))
+    assert (lead, timed) == (80, 80)
+    assert fake.calls >= 2 * FULL.sustain_min_rounds * (lead + timed)
+    # A short win above the margin stands (the sustained clock only lifted the kernel), and
+    # a short loss below the band's floor too: neither pays for the sustained stage.
+    for sdpa_s in (1.20e-3, 0.80e-3):
+        far, fake = measured(1.0e-3, sdpa_s, noise=0.005, sustained=(1.0e-3, 1.0e-3))
+        assert far.short is None and fake.calls < 160
+    # Without the sustained stage (as on the CPU) the short samples decide, wrongly for such
+    # a GPU.
+    assert FULL.for_device("cuda") is FULL
+    short_only, _ = measured(1.0e-3, 0.95e-3, SHORT_ONLY, noise=0.005,
+                             sustained=(1.0e-3, 1.08e-3))
+    assert not short_only.route and short_only.short is None
+
+
+def test_sampling_stops_as_soon_as_the_interval_clears_the_margin() -> None:
+    # 5.5% faster with 1% noise on the CPU path: more than one paired sample, far fewer than
+    # the bound, and routed.
+    result, _ = measured(1.0e-3, 1.055e-3, SHORT_ONLY, noise=0.01, seed=2)
+    assert result.route and result.stopped == "decided"
+    assert FULL.min_rounds < result.rounds < FULL.max_rounds
+    assert result.low >= FULL.margin
+    # At the margin itself nothing settles: sampling goes on to the bound, and SDPA is kept.
+    tie, _ = measured(1.0e-3, 1.03e-3, SHORT_ONLY, noise=0.01, seed=2)
+    assert tie.rounds == FULL.max_rounds and tie.stopped == "bound"
+    assert tie.decision == "undecided" and not tie.route
+    # In the sustained stage likewise, up to its own bound.
+    runs = [measured(1.0e-3, 1.0e-3, noise=0.01, seed=seed,
+                     sustained=(1.0e-3, 1.03e-3))[0] for seed in range(5)]
+    assert all(r.short is not None and r.rounds == FULL.sustain_max_rounds for r in runs)
+    assert not any(r.route for r in runs)
+
+
+def test_the_confidence_bound_is_honoured() -> None:
+    # The interval's quantile: Bonferroni over the stage's looks.
+    assert z_for(0.95, 1) == pytest.approx(1.95996, abs=1e-4)
+    assert z_for(0.99, 1) == pytest.approx(2.57583, abs=1e-4)
+    assert z_for(0.99, 6) > z_for(0.99, 1)
+    assert looks(2, 12) == 6 and looks(2, 2) == 1
+    _low, mid, high = interval([1.1, 1.1], 2.0, 0.02)
+    assert mid == pytest.approx(1.1) and high / mid == pytest.approx(math.exp(2 * 0.02 / 2**.5))
+    # Noisier rounds than the floor widen the interval from 4 rounds on.
+    assert interval([1.0, 1.2, 0.9, 1.1], 2.0, 0.01)[2] > interval([1.0] * 4, 2.0, 0.01)[2]
+    # A kernel exactly at the margin, and one 2% below it, measured with as much noise as
+    # the floor assumes: routed in at most 1 - confidence of 400 runs (none expected).
+    wrong = sum(measured(1.0e-3, speed * 1.0e-3, SHORT_ONLY, noise=FULL.noise_floor,
+                         seed=seed)[0].route
+                for seed in range(200) for speed in (1.0, FULL.margin - 0.02))
+    assert wrong <= (1 - FULL.confidence) * 400
+    # ...and a real 8% win with the same noise is found nearly always.
+    found = sum(measured(1.0e-3, 1.08e-3, SHORT_ONLY, noise=FULL.noise_floor,
+                         seed=seed)[0].route for seed in range(200))
+    assert found >= 190
 
 
 def test_a_tie_within_the_margin_never_routes() -> None:
@@ -111,18 +194,18 @@ def test_the_margin_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SAGEDOCTOR_ROUTE_MARGIN", "1.10")
     settings = FULL.with_env()
     assert settings.margin == 1.10
-    result, _ = measured(1.0e-3, 1.06e-3, settings, noise=0.002)
+    result, _ = measured(1.0e-3, 1.06e-3, settings.for_device("cpu"), noise=0.002)
     assert not result.route
     monkeypatch.setenv("SAGEDOCTOR_ROUTE_MARGIN", "fast please")
     assert FULL.with_env().margin == 1.03  # a bad value keeps the default
 
 
 def test_noisy_timings_near_the_line_give_the_same_decision_every_time() -> None:
-    # A real 6% win measured with 3% noise: routed in every one of 30 runs, never flipping.
-    decisions = {measured(1.0e-3, 1.06e-3, noise=0.01, seed=s)[0].route for s in range(30)}
+    decisions = {measured(1.0e-3, 1.10e-3, SHORT_ONLY, noise=0.01, seed=s)[0].route
+                 for s in range(30)}
     assert decisions == {True}
-    # A real 1% win with the same noise: never routed.
-    decisions = {measured(1.0e-3, 1.01e-3, noise=0.01, seed=s)[0].route for s in range(30)}
+    decisions = {measured(1.0e-3, 1.01e-3, SHORT_ONLY, noise=0.01, seed=s)[0].route
+                 for s in range(30)}
     assert decisions == {False}
 
 
@@ -132,69 +215,25 @@ def test_warm_up_absorbs_cold_clocks_before_the_paired_rounds() -> None:
     result, fake = measured(1.0e-3, 1.2e-3, noise=0.0, cold_samples=3)
     assert result.route and result.settled
     assert result.speedup == pytest.approx(1.2)
-    assert fake.samples["kernel"] >= 3 + FULL.rounds
+    assert fake.samples["kernel"] >= 3 + FULL.min_rounds
 
 
-def test_outlier_samples_do_not_decide() -> None:
-    # One sample in ten doubled (another process on the GPU): medians and quartiles hold.
-    result, _ = measured(1.0e-3, 1.25e-3, noise=0.01, outliers=0.1, seed=3)
-    assert result.route and 1.15 < result.speedup < 1.35
+def test_outlier_samples_widen_the_interval_instead_of_deciding() -> None:
+    # One sample in ten doubled (another process on the GPU): still routed, after more rounds.
+    result, _ = measured(1.0e-3, 1.25e-3, SHORT_ONLY, noise=0.01, outliers=0.1, seed=3)
+    assert result.route and 1.1 < result.speedup < 1.4
 
 
-def test_undecided_results_get_more_rounds_up_to_the_bound() -> None:
-    short_only = replace(FULL, sustain_s=0.0)
-    result, _ = measured(1.0e-3, 1.035e-3, short_only, noise=0.03, seed=1)
-    assert FULL.rounds < result.rounds <= FULL.max_rounds
-    quick, _ = measured(1.0e-3, 1.035e-3, replace(QUICK, sustain_s=0.0), noise=0.03, seed=1)
-    assert quick.rounds <= QUICK.max_rounds
-    # In the sustained stage likewise: 2 rounds, then more in pairs up to its own bound.
-    runs = [measured(1.0e-3, 1.035e-3, noise=0.03, seed=seed)[0] for seed in range(10)]
-    assert all(r.short is not None and r.rounds <= FULL.sustain_max_rounds for r in runs)
-    assert any(r.rounds > FULL.sustain_rounds for r in runs)
-
-
-def test_a_kernel_the_power_limit_favours_is_decided_by_the_sustained_stage() -> None:
-    # As on the H200 at 9728 tokens: 0.95x SDPA in short interleaved samples, 1.08x once
-    # each path runs alone long enough for the clock to follow it.
-    result, _ = measured(1.0e-3, 0.95e-3, noise=0.005, sustained=(1.0e-3, 1.08e-3))
-    assert result.route and result.short == pytest.approx(0.95, abs=0.01)
-    assert result.speedup == pytest.approx(1.08, abs=0.02)
-    assert result.kernel_s == pytest.approx(1.0e-3, rel=0.02)
-    # ...and the other way round: ahead in short samples, behind when sustained.
-    result, _ = measured(1.0e-3, 1.06e-3, noise=0.005, sustained=(1.0e-3, 0.97e-3))
-    assert not result.route and result.speedup < 1.0
-    # Without the sustained stage (as on the CPU) the short samples decide, wrongly for such
-    # a GPU.
-    assert FULL.for_device("cuda") is FULL
-    short_only, _ = measured(1.0e-3, 0.95e-3, FULL.for_device("cpu"), noise=0.005,
-                             sustained=(1.0e-3, 1.08e-3))
-    assert not short_only.route and short_only.short is None
-
-
-def test_clear_results_never_pay_for_the_sustained_stage() -> None:
-    for kernel_s, sdpa_s in ((1.0e-3, 1.3e-3), (1.3e-3, 1.0e-3)):
-        result, fake = measured(kernel_s, sdpa_s, noise=0.005, sustained=(1.0e-3, 1.0e-3))
-        assert result.short is None
-        assert fake.calls < 160  # 1 ms samples of one call; a sustained block is 160 calls
-
-
-def test_the_sustained_stage_keeps_the_hysteresis_and_runs_blocks_of_the_set_length() -> None:
-    def run(prior: bool | None) -> tuple[Any, FakeClock]:
-        fake = FakeClock(1.0e-3, 1.0e-3, noise=0.002, sustained=(1.0e-3, 1.045e-3))
-        kernel, sdpa = fake.paths()
-        return measure_pair(kernel, sdpa, fake, FULL, prior=prior), fake
-
-    fresh, fake = run(None)
-    assert fresh.route  # 1.045 clears the margin...
-    assert not run(False)[0].route  # ...but not twice over, for a shape kept on SDPA before
-    assert run(True)[0].route
-    # 4 rounds of 2 blocks, each 80 ms untimed then 80 ms timed, on top of the short stage
-    lead, timed = (sustained_calls(s, 1.0e-3, FULL) for s in (FULL.sustain_lead_s,
-                                                             FULL.sustain_s))
-    assert (lead, timed) == (80, 80)
-    assert fake.calls >= 2 * FULL.sustain_rounds * (lead + timed)
-    assert sustained_calls(1.0, 0.0, FULL) == FULL.sustain_max_inner
-    assert sustained_calls(0.08, 1.0, FULL) == 1
+def test_the_live_budget_bounds_the_wall_time_of_one_measurement() -> None:
+    # A 20 ms call at the line, with the app waiting: at most the budget and one more round.
+    result, fake = measured(20e-3, 20.6e-3, LIVE, noise=0.005)
+    assert result.stopped == "budget" and not result.route
+    assert LIVE.budget_s <= fake.elapsed <= LIVE.budget_s + 4 * 21e-3
+    assert result.spent_s == pytest.approx(fake.elapsed)
+    # A clear win is decided well inside it.
+    quick, fake = measured(2e-3, 3e-3, LIVE, noise=0.005)
+    assert quick.route and quick.stopped == "decided" and fake.elapsed < 0.1
+    assert LIVE.sustain_s == 0  # no sustained stage while the app waits
 
 
 def test_decide_and_inner_calls() -> None:
@@ -204,29 +243,38 @@ def test_decide_and_inner_calls() -> None:
     assert inner_calls(2e-4, FULL) == 5  # a 0.2 ms call: 5 per 1 ms sample
     assert inner_calls(5e-3, FULL) == 1
     assert inner_calls(0.0, FULL) == FULL.max_inner
+    assert sustained_calls(1.0, 0.0, FULL) == FULL.sustain_max_inner
+    assert sustained_calls(0.08, 1.0, FULL) == 1
 
 
 def test_a_shape_routed_before_stays_routed_at_the_line_and_leaves_when_slower() -> None:
-    # A kernel 1% faster with 2% noise: measured fresh it is undecided and stays on SDPA; a
-    # shape an earlier run of this build routed keeps its route, so runs do not flip.
+    # A kernel 1% faster with 2% noise: measured fresh it stays on SDPA; a shape an earlier
+    # run of this build routed keeps its route, so runs do not flip.
     for seed in range(6):
-        fake = FakeClock(1.0e-3, 1.01e-3, noise=0.02, seed=seed)
-        kernel, sdpa = fake.paths()
-        fresh = measure_pair(kernel, sdpa, fake, FULL)
-        kept = measure_pair(kernel, sdpa, fake, FULL, prior=True)
+        fresh, _ = measured(1.0e-3, 1.01e-3, SHORT_ONLY, noise=0.02, seed=seed)
+        kept, _ = measured(1.0e-3, 1.01e-3, SHORT_ONLY, prior=True, noise=0.02, seed=seed)
         assert not fresh.route and kept.route and kept.prior is True
     # ...but not once it is measurably slower: 5% slower leaves the route.
-    slower, _ = measured(1.05e-3, 1.0e-3, noise=0.01)
-    fake = FakeClock(1.05e-3, 1.0e-3, noise=0.01)
-    kernel, sdpa = fake.paths()
-    assert not slower.route and not measure_pair(kernel, sdpa, fake, FULL, prior=True).route
+    slower, _ = measured(1.05e-3, 1.0e-3, SHORT_ONLY, prior=True, noise=0.01)
+    assert not slower.route
     # A shape kept on SDPA before needs the margin twice over: 4.5% faster routes a fresh
     # shape but not one an earlier run kept on SDPA; 10% faster routes both.
     for speedup, fresh_route, kept_route in ((1.045, True, False), (1.10, True, True)):
-        fake = FakeClock(1.0e-3, speedup * 1.0e-3, noise=0.002)
-        kernel, sdpa = fake.paths()
-        assert measure_pair(kernel, sdpa, fake, FULL).route is fresh_route
-        assert measure_pair(kernel, sdpa, fake, FULL, prior=False).route is kept_route
+        assert measured(1.0e-3, speedup * 1.0e-3, SHORT_ONLY, noise=0.002)[0].route \
+            is fresh_route
+        assert measured(1.0e-3, speedup * 1.0e-3, SHORT_ONLY, prior=False,
+                        noise=0.002)[0].route is kept_route
+
+
+def test_the_sustained_stage_keeps_the_hysteresis() -> None:
+    def run(prior: bool | None) -> Any:
+        return measured(1.0e-3, 1.0e-3, prior=prior, noise=0.002,
+                        sustained=(1.0e-3, 1.06e-3))[0]
+
+    assert run(None).route  # 1.06 clears the margin...
+    assert not run(False).route  # ...but not twice over, for a shape kept on SDPA before
+    kept = run(True)
+    assert kept.route and kept.rounds == FULL.sustain_min_rounds  # above 1: settled at once
 
 
 def test_hysteresis_in_decide() -> None:
@@ -433,3 +481,86 @@ def test_a_read_only_calibration_folder_still_decides_in_process(tmp_path: Path)
         F.scaled_dot_product_attention(x, x, x)
         F.scaled_dot_product_attention(x, x, x)
     assert router.stats()["routed"] == {"clocked": 2}
+
+
+def test_the_router_decides_a_new_shape_from_stored_neighbours_that_agree(
+        tmp_path: Path) -> None:
+    # verify stored 256 and 1024 (routed both) and 2048 (SDPA): 512 lies between two that
+    # agree and is decided without timing; 1536 lies between two that disagree and is timed
+    # live, once, inside the budget.
+    from sagedoctor.runtime import sage_scope
+
+    path = tmp_path / "calibration.json"
+    stored = Calibration()
+    for tokens, route in ((256, True), (1024, True), (2048, False)):
+        stored.put("cpu", shape_key("bfloat16", 64, 2, tokens, tokens, False),
+                   Decision(route, "clocked", 1.0, 1.0, 1.0, 2, "verify"))
+    save_calibration(str(path), stored)
+    kernel = ClockedKernel(wins={512, 1536})
+    router = _router(kernel, path)
+    with sage_scope(router):
+        for n in (512, 1536):
+            x = torch.randn(1, 2, n, 64).to(torch.bfloat16)
+            F.scaled_dot_product_attention(x, x, x)
+    measured_stats = router.stats()["measured"]
+    assert measured_stats["shapes"] == 1 and measured_stats["interpolated"] == 1
+    assert 0 < measured_stats["max_ms"] <= 300
+    assert router.stats()["routed"] == {"clocked": 2}
+    saved = load_calibration(str(path)).gpus["cpu"].decisions
+    assert shape_key("bfloat16", 64, 2, 1536, 1536, False) in saved  # the timed one, stored
+    assert shape_key("bfloat16", 64, 2, 512, 512, False) not in saved  # derived, not stored
+
+
+def test_lookup_interpolates_only_between_agreeing_self_attention_neighbours() -> None:
+    cal = Calibration()
+
+    def put(tokens: int, route: bool, kernel: str = "k", bh: int = 24, kv: int = 0) -> None:
+        cal.put("GPU-1", shape_key("bfloat16", 128, bh, tokens, kv or tokens, False),
+                Decision(route, kernel, 1.0, 1.0, 1.0, 2, "verify"))
+
+    put(4096, False)
+    put(8192, False)
+    put(16384, True)
+    put(12288, True, bh=40)  # another bucket: not a neighbour
+
+    def how(tokens: int, kv: int = 0, bh: int = 24) -> tuple[bool | None, str]:
+        found, way = cal.lookup("GPU-1", shape_key("bfloat16", 128, bh, tokens,
+                                                   kv or tokens, False))
+        return (found.route if found else None), way
+
+    assert how(4096) == (False, "stored")
+    assert how(6144) == (False, "interpolated")
+    assert how(12288) == (None, "unknown")  # 8192 and 16384 disagree
+    assert how(2048) == (None, "unknown") and how(32768) == (None, "unknown")  # no side
+    assert how(6144, kv=77) == (None, "unknown")  # cross-attention is never interpolated
+    assert cal.lookup("GPU-2", shape_key("bfloat16", 128, 24, 6144, 6144, False))[0] is None
+    put(8192, False, kernel="other")  # neighbours measured with different kernels
+    assert how(6144) == (None, "unknown")
+
+
+def test_a_new_sweep_replaces_the_old_one_and_keeps_the_apps_own_shapes(tmp_path: Path,
+                                                                          ) -> None:
+    from sagedoctor.verify import agreement, write_calibration
+
+    def cal(points: dict[int, bool], source: str = "verify") -> Calibration:
+        out = Calibration({"sageattention": "2.2.0"}, {}, {"driver": "580"})
+        for tokens, route in points.items():
+            out.put("GPU-1", shape_key("bfloat16", 128, 24, tokens, tokens, False),
+                    Decision(route, "k", 1.0, 1.0, 1.0, 2, source, f"2026-12-0{tokens}T00"))
+        return out
+
+    first = cal({1: False, 6: True, 9: True})
+    write_calibration(tmp_path, first)
+    app = cal({7: True}, "runtime")
+    merge_into_file(str(tmp_path / "sagedoctor" / "calibration.json"), app)
+    second = cal({1: False, 4: False, 5: True, 9: True})
+    path = write_calibration(tmp_path, second)
+    stored = load_calibration(str(path))
+    assert {int(k.split("|")[3]) for k in stored.gpus["GPU-1"].decisions} == {1, 4, 5, 7, 9}
+    assert stored.inputs == {"driver": "580"}
+    # Agreement over the shapes either run stored, each as the router would take it.
+    agreed = agreement([first, second], [{}, {}])
+    # 4 and 5 lie between the first run's 1 (SDPA) and 6 (routed): it leaves them to live
+    # timing; 6 lies between the second run's 5 and 9, routed both.
+    assert agreed["shapes"] == 5 and agreed["shapes_agreeing"] == 3
+    assert [line.split(": ")[1] for line in agreed["flipped"]] == ["- sdpa", "- route"]

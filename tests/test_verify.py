@@ -143,3 +143,85 @@ def test_repeated_runs_report_agreement_and_the_shapes_that_flipped() -> None:
 def test_malformed_reports_are_errors(text: str) -> None:
     with pytest.raises(VerifyError):
         parse_report(text)
+
+
+STAND_IN_SELFTEST = '''
+import json, sys, time
+prefix = "SAGEDOCTOR_PROGRESS "
+assert sys.argv[1:4] == ["-m", "sagedoctor_runtime.selftest", "--json"], sys.argv
+assert "--progress" in sys.argv
+for done in (1, 2):
+    print(prefix + json.dumps({"key": "bfloat16 D128 1x24", "shape": f"1x24x{done}",
+                               "what": "measured", "done": done, "left": 2 - done,
+                               "spent_s": done, "left_s": 2.0 - done}), file=sys.stderr,
+          flush=True)
+print("a warning on stderr", file=sys.stderr)
+if "SLEEP" in sys.argv[0]:
+    time.sleep(60)
+print(json.dumps({"schema_version": 1, "gpus": [], "import": "ok"}))
+'''
+
+
+def _stand_in_python(folder: Path, name: str) -> Path:
+    """An executable standing in for the target interpreter: it answers `-m <runtime>.
+    selftest` with progress lines on stderr and a report on stdout."""
+    import os
+    import sys
+
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / name
+    script.write_text(f"#!{sys.executable}\n{STAND_IN_SELFTEST}", encoding="utf-8")
+    os.chmod(script, 0o755)
+    return script
+
+
+@pytest.mark.skipif(__import__("sys").platform == "win32", reason="a shebang stand-in")
+def test_verify_streams_the_self_tests_progress_and_still_reads_its_report(
+        tmp_path: Path) -> None:
+    from sagedoctor.verify import run_selftest
+
+    python = _stand_in_python(tmp_path / "a venv é" / "bin", "python")
+    seen: list[dict] = []
+    report = run_selftest(python, quick=False, progress=seen.append)
+    assert report["gpus"] == [] and report["import"] == "ok"
+    assert [(p["shape"], p["done"], p["left"]) for p in seen] == [("1x24x1", 1, 1),
+                                                                  ("1x24x2", 2, 0)]
+
+
+@pytest.mark.skipif(__import__("sys").platform == "win32", reason="a shebang stand-in")
+def test_a_self_test_past_its_time_is_killed_with_its_progress_stream(tmp_path: Path) -> None:
+    import time
+
+    from sagedoctor.verify import run_selftest
+
+    python = _stand_in_python(tmp_path / "bin", "python-SLEEP")
+    seen: list[dict] = []
+    started = time.monotonic()
+    with pytest.raises(VerifyError, match="did not finish within 2 s"):
+        run_selftest(python, quick=False, timeout=2, progress=seen.append)
+    assert time.monotonic() - started < 20
+    assert len(seen) == 2  # the lines before the stall were shown
+
+
+def test_the_cli_rewrites_one_progress_line_on_a_terminal_and_throttles_a_log() -> None:
+    import io
+
+    from sagedoctor.commands.install import _progress_printer
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    data = {"key": "float16 D64 2x10", "shape": "2x10x8192", "what": "measured", "done": 3,
+            "left": 40, "spent_s": 3.0, "left_s": 40.0}
+    terminal = Terminal()
+    show = _progress_printer(terminal)
+    show(data)
+    show({**data, "done": 4})
+    assert terminal.getvalue().count("\r\x1b[K") == 2 and "\n" not in terminal.getvalue()
+    assert terminal.getvalue().endswith("(4 done, about 40 left, ~40 s left)")
+    log = io.StringIO()
+    show = _progress_printer(log)
+    for _ in range(5):
+        show(data)
+    assert log.getvalue().count("\n") == 1  # at most a line every 10 s

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from .. import __version__, exit_codes
 from ..render_plan import plan_exit_code, render_plan_json, render_plan_text
@@ -121,8 +123,32 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
     return 0
 
 
+def _progress_printer(stream: TextIO) -> Callable[[dict[str, Any]], None]:
+    """Verify's progress: on a terminal one line rewritten in place per shape; elsewhere (a
+    log, a pipe) a line at most every 10 s."""
+    from ..verify import progress_line
+
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    last = [0.0]
+
+    def show(data: dict[str, Any]) -> None:
+        line = progress_line(data)
+        if tty:
+            stream.write("\r\x1b[K" + line[:150])
+            stream.flush()
+        elif time.monotonic() - last[0] >= 10:
+            last[0] = time.monotonic()
+            stream.write(line + "\n")
+            stream.flush()
+
+    return show
+
+
 def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
-               out: TextIO | None = None, repeat: int = 1, fresh: bool = False) -> int:
+               out: TextIO | None = None, repeat: int = 1, fresh: bool = False,
+               progress: Callable[[dict[str, Any]], None] | None = None) -> int:
+    """`progress`: called per measured shape (verify.parse_progress's fields); by default a
+    line on the output (stderr with --json)."""
     import datetime
 
     from ..state import record_verification, venv_record_path
@@ -132,6 +158,7 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
         chosen_kernels,
         key_results,
         render_app_shapes,
+        render_reuse,
         render_table,
         run_selftest,
         run_signature,
@@ -141,10 +168,16 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
     )
 
     stream = out or sys.stdout
+    if progress is None:
+        progress = _progress_printer(sys.stderr if as_json or out is not None else stream)
     runs = []
     signatures = []
     for number in range(1, max(1, repeat) + 1):
-        report = run_selftest(python, quick, fresh=fresh and number == 1)
+        started = time.monotonic()
+        report = run_selftest(python, quick, fresh=fresh and number == 1, progress=progress)
+        took = time.monotonic() - started
+        if getattr(stream, "isatty", lambda: False)():
+            stream.write("\r\x1b[K")
         results = key_results(report)
         when = datetime.datetime.now(datetime.timezone.utc).isoformat()
         data = calibration(report, when)
@@ -165,7 +198,8 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
         if report.get("error"):
             stream.write(f"self-test: {report['error']}\n")
         stream.write(render_app_shapes(data))
-        stream.write(f"decisions written to {path}\n")
+        stream.write(render_reuse(report))
+        stream.write(f"decisions written to {path} (self-test {took:.0f} s)\n")
         stream.write({
             "routing": "verdict: SageAttention is used where the table says; "
                        "`sagedoctor enable` switches it on for the whole venv",

@@ -27,6 +27,8 @@ SCHEMA_VERSION = 2
 # and over the few rounds an app's first calls can afford.
 SOURCE_RANK = {"verify": 3, "runtime": 2, "verify-quick": 1}
 MAX_FILE_BYTES = 8 * 1024 * 1024
+# The self-test's progress lines on stderr start with this (then JSON); the CLI parses them.
+PROGRESS_PREFIX = "SAGEDOCTOR_PROGRESS "
 
 
 def bh_bucket(batch_heads: int) -> int:
@@ -98,10 +100,67 @@ class GpuDecisions:
 class Calibration:
     build: dict[str, str | None] = field(default_factory=dict)
     gpus: dict[str, GpuDecisions] = field(default_factory=dict)
+    # What the kernels' speed depends on beyond the versions in `build`: the installed files
+    # of SageAttention and torch (by stat) and the GPU driver. Unchanged, a verify may keep
+    # the stored decisions after re-timing a sample of them.
+    inputs: dict[str, str | None] = field(default_factory=dict)
 
     def decision(self, gpu: str, key: str) -> Decision | None:
         entry = self.gpus.get(gpu)
         return entry.decisions.get(key) if entry else None
+
+    def lookup(self, gpu: str, key: str) -> tuple[Decision | None, str]:
+        """The decision for a shape and how it was found: 'stored' for the shape itself,
+        'interpolated' where the nearest stored lengths below and above it (same dtype, head
+        size, batch x heads bucket, self-attention) agree, else (None, 'unknown')."""
+        exact = self.decision(gpu, key)
+        if exact is not None:
+            return exact, "stored"
+        pair = self.neighbours(gpu, key)
+        if pair is not None and pair[0].route == pair[1].route \
+                and pair[0].kernel == pair[1].kernel:
+            return pair[0], "interpolated"
+        return None, "unknown"
+
+    def neighbours(self, gpu: str, key: str) -> tuple[Decision, Decision] | None:
+        """The stored decisions at the nearest lengths below and above `key`'s, where it is a
+        self-attention shape with a stored length on each side."""
+        parsed = parse_shape_key(key)
+        entry = self.gpus.get(gpu)
+        if parsed is None or entry is None:
+            return None
+        dtype, d, bucket, q_len, kv_len, causal = parsed
+        if q_len != kv_len:
+            return None
+        below: tuple[int, Decision] | None = None
+        above: tuple[int, Decision] | None = None
+        for other, decision in entry.decisions.items():
+            theirs = parse_shape_key(other)
+            if theirs is None or theirs[:3] != (dtype, d, bucket) or theirs[5] != causal \
+                    or theirs[3] != theirs[4]:
+                continue
+            length = theirs[3]
+            if length < q_len and (below is None or length > below[0]):
+                below = (length, decision)
+            elif length > q_len and (above is None or length < above[0]):
+                above = (length, decision)
+        return (below[1], above[1]) if below and above else None
+
+    def without_sweep(self, gpu: str, keys: set[tuple[str, int]]) -> Calibration:
+        """A copy without the verify-measured decisions of these (dtype, head size) keys on
+        this GPU: a new verify of a key replaces its sweep whole, so no point of an older
+        sweep lingers between the new one's brackets."""
+        out = Calibration(dict(self.build), {}, dict(self.inputs))
+        for name, entry in self.gpus.items():
+            kept = {}
+            for key, decision in entry.decisions.items():
+                parsed = parse_shape_key(key)
+                if name == gpu and parsed is not None and (parsed[0], parsed[1]) in keys \
+                        and decision.source in ("verify", "verify-quick"):
+                    continue
+                kept[key] = decision
+            out.gpus[name] = GpuDecisions(entry.name, entry.arch, kept)
+        return out
 
     def put(self, gpu: str, key: str, decision: Decision, name: str = "",
             arch: str = "") -> bool:
@@ -120,7 +179,7 @@ class Calibration:
         afresh, since its measurements say nothing about this one."""
         if self.build and newer.build and self.build != newer.build:
             return newer
-        out = Calibration(dict(newer.build or self.build), {})
+        out = Calibration(dict(newer.build or self.build), {}, dict(newer.inputs or self.inputs))
         for source in (self, newer):
             for gpu, entry in source.gpus.items():
                 for key, decision in entry.decisions.items():
@@ -129,6 +188,7 @@ class Calibration:
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "build": dict(self.build),
+                "inputs": dict(self.inputs),
                 "gpus": {gpu: {"name": e.name, "arch": e.arch,
                                "decisions": {k: asdict(d) for k, d in sorted(e.decisions.items())}}
                          for gpu, e in sorted(self.gpus.items())}}
@@ -139,10 +199,11 @@ class Calibration:
         out = cls()
         if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
             return out
-        build = data.get("build")
-        if isinstance(build, dict):
-            out.build = {str(k): (str(v) if v is not None else None) for k, v in build.items()
-                         if v is None or isinstance(v, str)}
+        for name in ("build", "inputs"):
+            raw = data.get(name)
+            if isinstance(raw, dict):
+                setattr(out, name, {str(k): (str(v) if v is not None else None)
+                                    for k, v in raw.items() if v is None or isinstance(v, str)})
         gpus = data.get("gpus")
         if not isinstance(gpus, dict):
             return out

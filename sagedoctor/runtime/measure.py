@@ -1,35 +1,43 @@
-"""Timing a kernel against SDPA side by side, and deciding whether the kernel is worth it.
+"""Timing a kernel against SDPA side by side, and deciding whether the kernel is worth it,
+with as little GPU time as the decision needs.
 
 The method (docs/measurement.md): each sample times `inner` back-to-back calls between two
 CUDA events (short calls are repeated until a sample lasts about a millisecond); warm-up runs
 both paths alternately until two successive samples of each agree; then paired rounds time
 both paths, kernel first in even rounds and SDPA first in odd ones, so clock ramps and cache
-state fall on both alike. Each round gives one speed-up, SDPA time over kernel time. A route
-needs the rounds' lower quartile to clear the margin (1.03 by default), so the median beats it
-by at least the spread below it: a kernel that only ties SDPA within the noise is not used, and
-a decision near the line does not flip between runs. SDPA is kept when the upper quartile is
-below the margin. In between the result is undecided and gets more rounds, up to a bound;
-still undecided, it stays on SDPA. A shape routed by an earlier run of the same build on the
-same GPU stays routed unless the kernel is now measurably slower (upper quartile below 1), and
-one it kept on SDPA needs the margin twice over (1.06) to be routed: hysteresis, so that a
-shape at the line does not flip between runs.
+state fall on both alike. Each round gives one speed-up, SDPA time over kernel time.
+
+Sequential stopping: after every pair of rounds, a confidence interval for the speed-up (the
+mean of the rounds' log speed-ups, its spread never taken below a noise floor, the normal
+quantile Bonferroni-split over every look the stage may take, so the whole stage holds at
+`confidence`) is compared with the thresholds, and sampling stops as soon as the interval
+clears them. A clear win or loss stops after its first paired sample (one round of each order).
 
 A GPU at its power limit (an H200 at 700 W in any sustained attention or matmul load) sets
 its clock by what the running kernel draws, and SageAttention's 8-bit kernels draw less than
 SDPA's bf16 ones: once one path runs alone for a tenth of a second or more it gets a higher
-clock than the other. Short interleaved samples hide that (both paths run at the clock of the
-mix), and a denoising loop does not: on the H200 at 9728 tokens (FLUX at 1536x1536) the kernel
-measured 0.95x SDPA in 2 ms samples, 1.05-1.11x in blocks of 120-300 ms and 1.07x inside a
-FLUX-like block loop of matmuls and attention. So a shape whose short result lies near 1 (the
-sustained band) is decided by a second, sustained stage: paired blocks of each path alone,
-0.16 s each, timed after their first 80 ms, when the clock has followed the kernel.
+clock than the other. Short interleaved samples hide that (on the H200 at 9728 tokens: 0.95x
+SDPA in 2 ms samples, 1.05-1.11x in blocks of 120-300 ms, 1.07x inside a FLUX-like block loop).
+The sustained clock only ever lifted the kernel (0.73-0.77 at 4608 tokens by every method,
+0.95 -> 1.07 at 9728, 1.05 -> 1.17 at 16896). So on a GPU a short interval wholly above the
+margin is a win, one wholly below the sustain band's floor (0.88) a loss, and only an interval
+reaching between the two goes to the second, sustained stage (paired blocks of each path
+alone, timed after their first 80 ms), which decides against the margin with the same
+sequential rule. Off the GPU the short stage decides against the margin itself.
+
+The decision: route when the interval's lower bound is at least the margin (1.03), keep SDPA
+when its upper bound is below it; still straddling at the stage's bound, SDPA is kept. A shape
+routed by an earlier run of the same build on the same GPU stays routed unless the kernel is
+now measurably slower (upper bound below 1), and one kept on SDPA needs the margin twice over
+(1.06): hysteresis, so that a shape at the line does not flip between runs.
 
 Each CUDA sample starts behind a short GPU spin as long as the host needs to issue one call, so
 the host's launch overhead overlaps GPU work, as it does in a denoising loop that keeps the GPU
 busy; timing a lone call from an idle queue would charge SageAttention's Python-side
 quantisation launches to the kernel.
 
-Standard library only: the timer is passed in (CUDA events on a GPU, a fake one in tests).
+Standard library only: the timer is passed in (CUDA events on a GPU, a fake one in tests), and
+so is the clock that bounds a measurement's wall time (`budget_s`, for the app's live timing).
 """
 
 from __future__ import annotations
@@ -47,28 +55,34 @@ MARGIN_ENV = "SAGEDOCTOR_ROUTE_MARGIN"
 
 # seconds for `inner` back-to-back calls of fn
 Timer = Callable[[Callable[[], Any], int], float]
+Clock = Callable[[], float]
 
 
 @dataclass(frozen=True)
 class MeasureSettings:
-    rounds: int = 10  # paired rounds before a first decision
-    max_rounds: int = 24  # an undecided result gets more rounds, up to this
+    min_rounds: int = 2  # one paired sample: a round of each order
+    max_rounds: int = 12  # the short stage's bound
     warmup_min: int = 2  # samples of each path, at least
     warmup_max: int = 12
     settle: float = 0.03  # warm-up ends when successive samples agree within 3%
     sample_s: float = 1e-3  # a sample repeats short calls until it lasts about this long
     max_inner: int = 32
     margin: float = DEFAULT_MARGIN
-    # The sustained stage, for short medians inside the band (0 seconds turns it off): each
-    # block runs one path alone for sustain_lead_s untimed, then sustain_s timed.
+    # The chance that a decision's interval holds, for the whole of one stage (every look).
+    confidence: float = 0.99
+    # The per-round spread of log speed-ups assumed at least: two or three rounds cannot
+    # estimate it, and event-timed rounds on a settled GPU vary by about 1% (H200).
+    noise_floor: float = 0.015
+    # The sustained stage, for short intervals that reach between the band's floor and the
+    # margin (0 seconds turns it off): each block runs one path alone for sustain_lead_s
+    # untimed, then sustain_s timed. (The band's top is no longer used: a short win stands.)
     sustain_band: tuple[float, float] = (0.88, 1.12)
     sustain_s: float = 0.08
     sustain_lead_s: float = 0.08
-    # paired rounds before a first decision (fewer give quartiles that hide the spread), then
-    # 2 more at a time
-    sustain_rounds: int = 4
-    sustain_max_rounds: int = 8
+    sustain_min_rounds: int = 2
+    sustain_max_rounds: int = 6
     sustain_max_inner: int = 20_000
+    budget_s: float = 0.0  # wall time one measurement may take (0: unbounded)
 
     def for_device(self, device_type: str) -> MeasureSettings:
         """Only a GPU clocks each kernel by its power draw: elsewhere no sustained stage."""
@@ -85,24 +99,28 @@ class MeasureSettings:
 
 
 FULL = MeasureSettings()
-QUICK = MeasureSettings(rounds=4, max_rounds=8, warmup_max=6, sustain_max_rounds=6)
-# In an app's own first calls of a shape: bounded, since the user waits for it (a sustained
-# stage adds 1.3 to 2 s once per shape, for shapes a diffusion run repeats thousands of times).
-LIVE = MeasureSettings(rounds=6, max_rounds=12, warmup_max=6, sustain_max_rounds=6)
+QUICK = MeasureSettings(max_rounds=8, warmup_max=6, sustain_max_rounds=6)
+# In an app's own first calls of a shape: the user waits for it, so at most about 0.25 s,
+# short samples only (a sustained stage alone needs 0.64 s); a shape the short samples cannot
+# settle stays on SDPA.
+LIVE = MeasureSettings(max_rounds=8, warmup_max=4, sustain_s=0.0, budget_s=0.25)
 
 
 @dataclass(frozen=True)
 class SpeedResult:
-    speedup: float  # median of the paired rounds' SDPA time / kernel time
-    low: float  # lower quartile of those ratios
-    high: float  # upper quartile
+    speedup: float  # the rounds' geometric mean of SDPA time / kernel time
+    low: float  # the confidence interval's bounds
+    high: float
     kernel_s: float  # median time of one kernel call
     sdpa_s: float
     rounds: int
     margin: float
     settled: bool  # the warm-up converged before its bound
     prior: bool | None = None  # the decision of an earlier run of this build, if any
-    short: float | None = None  # the short stage's median, where the sustained stage decided
+    short: float | None = None  # the short stage's speed-up, where the sustained stage decided
+    decision: str = "sdpa"  # 'kernel', 'sdpa', or 'undecided' (SDPA kept)
+    spent_s: float = 0.0  # wall time the measurement took
+    stopped: str = ""  # why sampling stopped: 'decided', 'bound' or 'budget'
 
     @property
     def spread(self) -> float:
@@ -110,14 +128,14 @@ class SpeedResult:
 
     @property
     def route(self) -> bool:
-        return decide(self.low, self.high, self.margin, self.prior) == "kernel"
+        return self.decision == "kernel"
 
 
 def decide(low: float, high: float, margin: float, prior: bool | None = None) -> str:
-    """'kernel', 'sdpa' or 'undecided' for the quartiles of the paired speed-ups. A shape
-    decided before (`prior`) keeps its decision unless the new rounds clear a band around the
-    margin: a routed one leaves when the kernel is measurably slower (upper quartile below 1),
-    one kept on SDPA is routed when the lower quartile clears the margin by as much again."""
+    """'kernel', 'sdpa' or 'undecided' for a speed-up interval. A shape decided before
+    (`prior`) keeps its decision unless the new rounds clear a band around the margin: a
+    routed one leaves when the kernel is measurably slower (upper bound below 1), one kept on
+    SDPA is routed when the lower bound clears the margin by as much again."""
     if prior is True:
         return "sdpa" if high < 1.0 else "kernel"
     if prior is False:
@@ -129,11 +147,44 @@ def decide(low: float, high: float, margin: float, prior: bool | None = None) ->
     return "undecided"
 
 
+def _settles(low: float, high: float, margin: float, prior: bool | None) -> bool:
+    """Whether more rounds could still change decide()'s answer: for a routed prior, until
+    the interval lies on one side of 1."""
+    if prior is True:
+        return low >= 1.0 or high < 1.0
+    return decide(low, high, margin, prior) != "undecided"
+
+
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     if len(values) == 1:
         return values[0], values[0], values[0]
     low, mid, high = statistics.quantiles(values, n=4, method="inclusive")
     return low, mid, high
+
+
+def looks(min_rounds: int, max_rounds: int) -> int:
+    """How many times a stage compares its interval: after min_rounds, then every pair."""
+    return 1 + max(0, (max(max_rounds, min_rounds) - min_rounds + 1) // 2)
+
+
+def z_for(confidence: float, n_looks: int) -> float:
+    """The two-sided normal quantile that keeps `confidence` over `n_looks` looks
+    (Bonferroni: each look gets an equal share of the error)."""
+    alpha = min(max(1.0 - confidence, 1e-9), 0.5)
+    return statistics.NormalDist().inv_cdf(1.0 - alpha / (2 * max(1, n_looks)))
+
+
+def interval(ratios: list[float], z: float, noise_floor: float) -> tuple[float, float, float]:
+    """(low, geometric mean, high) of the speed-up from the rounds' ratios. The spread is the
+    rounds' own from 4 rounds on, never below `noise_floor`."""
+    logs = [math.log(r) if r > 0 and math.isfinite(r) else (50.0 if r > 0 else -50.0)
+            for r in ratios]
+    mean = statistics.fmean(logs)
+    sd = noise_floor
+    if len(logs) >= 4:
+        sd = max(sd, statistics.stdev(logs))
+    half = z * sd / math.sqrt(len(logs))
+    return math.exp(mean - half), math.exp(mean), math.exp(mean + half)
 
 
 def inner_calls(one_call_s: float, settings: MeasureSettings) -> int:
@@ -149,9 +200,13 @@ def _settled(samples: list[float], tolerance: float) -> bool:
     return abs(a - b) <= tolerance * max(a, b)
 
 
+def sustain_on(settings: MeasureSettings) -> bool:
+    return settings.sustain_s > 0
+
+
 def in_sustain_band(speedup: float, settings: MeasureSettings) -> bool:
     low, high = settings.sustain_band
-    return settings.sustain_s > 0 and low <= speedup <= high
+    return sustain_on(settings) and low <= speedup <= high
 
 
 def sustained_calls(window_s: float, one_call_s: float, settings: MeasureSettings) -> int:
@@ -160,13 +215,23 @@ def sustained_calls(window_s: float, one_call_s: float, settings: MeasureSetting
     return max(1, min(settings.sustain_max_inner, math.ceil(window_s / one_call_s)))
 
 
+@dataclass
+class _Rounds:
+    kernel_t: list[float]
+    sdpa_t: list[float]
+    ratios: list[float]
+    bounds: tuple[float, float, float]
+    stopped: str
+
+
 def _paired(kernel: Callable[[], Any], sdpa: Callable[[], Any],
-            sample: Callable[[Callable[[], Any], str], float], rounds: int, max_rounds: int,
-            margin: float, prior: bool | None, stop: Callable[[float], bool] = lambda _: False,
-            ) -> tuple[list[float], list[float], list[float]]:
-    """Paired rounds, kernel first in even rounds and SDPA first in odd ones: `rounds` of
-    them, then more in pairs while undecided, up to max_rounds (none where `stop` says so of
-    the first rounds' median). Returns per-call kernel times, SDPA times and their ratios."""
+            sample: Callable[[Callable[[], Any], str], float], min_rounds: int,
+            max_rounds: int, z: float, noise_floor: float,
+            done: Callable[[float, float, float], bool],
+            over_budget: Callable[[], bool]) -> _Rounds:
+    """Paired rounds, kernel first in even rounds and SDPA first in odd ones: `min_rounds` of
+    them, then more in pairs until `done(low, mid, high)` says the interval settles the
+    question, max_rounds are reached or the budget is spent."""
     kernel_t: list[float] = []
     sdpa_t: list[float] = []
     ratios: list[float] = []
@@ -180,24 +245,38 @@ def _paired(kernel: Callable[[], Any], sdpa: Callable[[], Any],
         sdpa_t.append(s)
         ratios.append(s / k if k > 0 else math.inf)
 
-    for _ in range(max(1, rounds)):
+    stopped = "bound"
+    for _ in range(max(1, min_rounds)):
         one_round()
-    if stop(quartiles(ratios)[1]):
-        return kernel_t, sdpa_t, ratios
-    while len(ratios) < max_rounds:
-        low, _mid, high = quartiles(ratios)
-        if decide(low, high, margin, prior) != "undecided":
+        if over_budget():
+            break
+    while True:
+        bounds = interval(ratios, z, noise_floor)
+        if done(*bounds):
+            stopped = "decided"
+            break
+        if over_budget():
+            stopped = "budget"
+            break
+        if len(ratios) >= max_rounds:
             break
         one_round()
         one_round()  # in pairs: each order as often as the other
-    return kernel_t, sdpa_t, ratios
+    return _Rounds(kernel_t, sdpa_t, ratios, bounds, stopped)
 
 
 def measure_pair(kernel: Callable[[], Any], sdpa: Callable[[], Any], timer: Timer,
-                 settings: MeasureSettings = FULL, prior: bool | None = None) -> SpeedResult:
+                 settings: MeasureSettings = FULL, prior: bool | None = None,
+                 clock: Clock = time.perf_counter) -> SpeedResult:
     """Time `kernel` against `sdpa` (both already checked correct) and decide; `prior` is
     an earlier run's decision for this shape (same build and GPU), or None. Short paired
-    samples first; a result near 1 is decided by the sustained stage instead."""
+    samples first; where their interval reaches into the sustain band, the sustained stage
+    decides instead."""
+    started = clock()
+
+    def over_budget() -> bool:
+        return settings.budget_s > 0 and clock() - started >= settings.budget_s
+
     inner = inner_calls(min(timer(kernel, 1), timer(sdpa, 1)), settings)
     kernel_warm: list[float] = []
     sdpa_warm: list[float] = []
@@ -207,25 +286,48 @@ def measure_pair(kernel: Callable[[], Any], sdpa: Callable[[], Any], timer: Time
         if len(kernel_warm) >= settings.warmup_min and _settled(kernel_warm, settings.settle) \
                 and _settled(sdpa_warm, settings.settle):
             break
+        if over_budget():
+            break
     settled = _settled(kernel_warm, settings.settle) and _settled(sdpa_warm, settings.settle)
-    # The short stage. Where its first rounds put the speed-up near 1 they only screen: the
-    # sustained stage decides.
-    kernel_t, sdpa_t, ratios = _paired(
-        kernel, sdpa, lambda fn, _path: timer(fn, inner) / inner, settings.rounds,
-        settings.max_rounds, settings.margin, prior,
-        stop=lambda median: in_sustain_band(median, settings))
-    low, mid, high = quartiles(ratios)
-    if in_sustain_band(mid, settings):
-        return _sustained(kernel, sdpa, timer, settings, prior, mid, settled,
-                          statistics.median(kernel_t), statistics.median(sdpa_t))
-    return SpeedResult(speedup=mid, low=low, high=high, kernel_s=statistics.median(kernel_t),
-                       sdpa_s=statistics.median(sdpa_t), rounds=len(ratios),
-                       margin=settings.margin, settled=settled, prior=prior)
+    band_low = settings.sustain_band[0]
+    sustained = sustain_on(settings)
+    # The short stage's win line: the margin (twice over for a shape kept on SDPA before; 1
+    # for one routed before, which leaves only when measurably slower).
+    win_at = 1.0 if prior is True else 2 * settings.margin - 1 if prior is False \
+        else settings.margin
+
+    def short_done(low: float, _mid: float, high: float) -> bool:
+        if not sustained:
+            return _settles(low, high, settings.margin, prior)
+        # A win in short samples is one when sustained too (the power limit only ever
+        # lifted the kernel), a loss below the band is one whatever the clock; an interval
+        # wholly between the two can only be settled by the sustained stage.
+        return low >= win_at or high < band_low or (low >= band_low and high < win_at)
+
+    z_short = z_for(settings.confidence, looks(settings.min_rounds, settings.max_rounds))
+    short = _paired(kernel, sdpa, lambda fn, _path: timer(fn, inner) / inner,
+                    settings.min_rounds, settings.max_rounds, z_short, settings.noise_floor,
+                    short_done, over_budget)
+    low, mid, high = short.bounds
+    kernel_s, sdpa_s = statistics.median(short.kernel_t), statistics.median(short.sdpa_t)
+    if sustained and not (low >= win_at or high < band_low) and not over_budget():
+        return _sustained(kernel, sdpa, timer, settings, prior, mid, settled, kernel_s, sdpa_s,
+                          clock, started, over_budget)
+    if sustained:
+        decision = ("kernel" if low >= win_at else "sdpa" if high < band_low
+                    else "sdpa" if prior is not True else "kernel")
+    else:
+        decision = decide(low, high, settings.margin, prior)
+    return SpeedResult(speedup=mid, low=low, high=high, kernel_s=kernel_s, sdpa_s=sdpa_s,
+                       rounds=len(short.ratios), margin=settings.margin, settled=settled,
+                       prior=prior, decision=decision, spent_s=clock() - started,
+                       stopped=short.stopped)
 
 
 def _sustained(kernel: Callable[[], Any], sdpa: Callable[[], Any], timer: Timer,
                settings: MeasureSettings, prior: bool | None, short: float, settled: bool,
-               kernel_call_s: float, sdpa_call_s: float) -> SpeedResult:
+               kernel_call_s: float, sdpa_call_s: float, clock: Clock, started: float,
+               over_budget: Callable[[], bool]) -> SpeedResult:
     """Paired blocks of one path alone: `lead` untimed calls, then `inner` timed ones, so the
     timed part runs at the clock the power limit allows that kernel."""
     calls = {"kernel": (sustained_calls(settings.sustain_lead_s, kernel_call_s, settings),
@@ -239,12 +341,19 @@ def _sustained(kernel: Callable[[], Any], sdpa: Callable[[], Any], timer: Timer,
             fn()
         return timer(fn, inner) / inner
 
-    kernel_t, sdpa_t, ratios = _paired(kernel, sdpa, block, settings.sustain_rounds,
-                                       settings.sustain_max_rounds, settings.margin, prior)
-    low, mid, high = quartiles(ratios)
-    return SpeedResult(speedup=mid, low=low, high=high, kernel_s=statistics.median(kernel_t),
-                       sdpa_s=statistics.median(sdpa_t), rounds=len(ratios),
-                       margin=settings.margin, settled=settled, prior=prior, short=short)
+    z = z_for(settings.confidence, looks(settings.sustain_min_rounds,
+                                         settings.sustain_max_rounds))
+    rounds = _paired(kernel, sdpa, block, settings.sustain_min_rounds,
+                     settings.sustain_max_rounds, z, settings.noise_floor,
+                     lambda low, _mid, high: _settles(low, high, settings.margin, prior),
+                     over_budget)
+    low, mid, high = rounds.bounds
+    return SpeedResult(speedup=mid, low=low, high=high,
+                       kernel_s=statistics.median(rounds.kernel_t),
+                       sdpa_s=statistics.median(rounds.sdpa_t), rounds=len(rounds.ratios),
+                       margin=settings.margin, settled=settled, prior=prior, short=short,
+                       decision=decide(low, high, settings.margin, prior),
+                       spent_s=clock() - started, stopped=rounds.stopped)
 
 
 def perf_counter_timer(sync: Callable[[], None]) -> Timer:

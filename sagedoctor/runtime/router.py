@@ -99,6 +99,8 @@ class Router:
         self._gpu: dict[str, tuple[str, str]] = {}  # device -> (GPU identity, name)
         self._measured = 0
         self._measure_s = 0.0
+        self._measure_max_s = 0.0  # the longest stall one new shape caused
+        self._interpolated = 0  # new shapes decided from the stored lengths around them
         self._device_faults: Counter[str] = Counter()
         self._retired: set[str] = set()
         self._oom_blocked = False
@@ -384,11 +386,14 @@ class Router:
 
     def _decide_shape(self, key: Key, shape: str, spec: KernelSpec, q: Any, k: Any, v: Any,
                       is_causal: bool, scale: float | None) -> bool | None:
-        """A stored decision for this GPU and shape, else one measured now on the call's own
-        inputs (bounded per process), stored for the next run. None: neither is possible."""
+        """A stored decision for this GPU and shape, or the one the stored lengths around it
+        agree on, else one measured now on the call's own inputs (bounded in time and per
+        process), stored for the next run. None: neither is possible."""
         gpu, name = self._gpu_of(q)
-        stored = self.calibration.decision(gpu, shape)
+        stored, how = self.calibration.lookup(gpu, shape)
         if stored is not None and stored.kernel == spec.name:
+            if how == "interpolated":
+                self._interpolated += 1
             return stored.route
         if self.live_left <= 0:
             self._log_once("live-budget", logging.INFO,
@@ -436,8 +441,10 @@ class Router:
                            "timing %s failed (%s); SDPA kept", spec.name, exc)
             return None
         finally:
+            spent = time.perf_counter() - started
             self._measured += 1
-            self._measure_s += time.perf_counter() - started
+            self._measure_s += spent
+            self._measure_max_s = max(self._measure_max_s, spent)
 
     def _persist(self, gpu: str, shape: str, decision: Decision, name: str,
                  arch: str) -> None:
@@ -479,7 +486,9 @@ class Router:
                          for k, s in self._keys.items()},
                 "retired": sorted(self._retired),
                 "measured": {"shapes": self._measured,
-                             "ms": round(self._measure_s * 1e3, 3)},
+                             "ms": round(self._measure_s * 1e3, 3),
+                             "max_ms": round(self._measure_max_s * 1e3, 3),
+                             "interpolated": self._interpolated},
                 "summary": summary_line(self._routed, sdpa, self._measured, self._measure_s),
             }
 

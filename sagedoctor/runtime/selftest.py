@@ -1,12 +1,23 @@
 """Self-test, run inside the target venv: `python -m <runtime>.selftest --json`.
 
 Per GPU x dtype x head size: every kernel the registry offers is checked against SDPA (normal
-and outlier inputs), and the router's choice is timed against SDPA over a sweep of shapes
-(diffusion head counts, lengths including the non-power-of-two ones real models use) with the
-paired method of measure.py; each point carries its decision, which `verify` stores per GPU
-and shape for the router. The crossover (the shortest length from which every longer one is
-routed) is reported for reading. Also: what `sageattn()` itself would pick, and whether that
-is correct.
+and outlier inputs), and the router's choice is timed against SDPA with the method of
+measure.py at the lengths that decide: the app shapes (SDXL, FLUX 1024/1536/2048, Wan 720p), a
+coarse set from 1024 to 32768, and, per (dtype, head size, heads), the crossover bracketed by
+bisection on the grid of lengths between measured points whose decisions differ. The router
+interpolates between stored lengths whose decisions agree. Each point carries its decision,
+which `verify` stores per GPU and shape. The crossover (the shortest length from which every
+longer one is routed) is reported for reading. Also: what `sageattn()` itself would pick, and
+whether that is correct.
+
+Reuse: where the decisions stored for this build were measured with the same kernel inputs
+(SageAttention's and torch's installed files, the GPU and its driver), correctness is checked
+again on every key, but only a sample of the stored shapes is timed again (the app shapes and
+each crossover's routed side); if the sample agrees, the rest are kept, otherwise that family
+is measured anew. `--fresh` decides everything anew.
+
+`--progress` writes one line per shape to stderr (PROGRESS_PREFIX, then JSON: key, shape,
+shapes done and an estimate of those left, seconds spent and left) for verify's output.
 """
 
 from __future__ import annotations
@@ -14,20 +25,32 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import itertools
 import json
+import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from .accuracy import Comparison, Thresholds, compare
-from .decisions import Calibration, gpu_identity, shape_key
+from .decisions import (
+    PROGRESS_PREFIX,
+    Calibration,
+    Decision,
+    bh_bucket,
+    gpu_identity,
+    parse_shape_key,
+    shape_key,
+)
 from .hook import live_fingerprint
 from .measure import (
     FULL,
     QUICK,
     MeasureSettings,
+    SpeedResult,
     cuda_event_timer,
     measure_pair,
     perf_counter_timer,
@@ -41,6 +64,13 @@ CHECK_SHAPE = (1, 8, 4096)  # batch, heads, tokens for the correctness checks
 SWEEP = (1024, 2048, 4096, 4608, 6144, 8192, 9216, 9728, 10240, 11264, 12288, 14336, 16384,
          16896, 20480, 24576, 28672, 32760, 32768)
 QUICK_SWEEP = (1024, 4096, 16384)
+# Measured in every full sweep; the rest of SWEEP only where bisection brackets a crossover.
+COARSE = (1024, 4096, 8192, 16384, 24576, 32768)
+# The app shapes (bf16): (dtype, head size, batch, heads) -> lengths. verify.APP_SHAPES names
+# the same shapes for its output.
+APP_LENGTHS = {("bfloat16", 64, 2, 10): (4096,), ("bfloat16", 128, 1, 24): (4608, 9728, 16896),
+               ("bfloat16", 128, 1, 40): (32760,)}
+
 # (batch, heads) per head size: SDXL (2 x 10 heads of 64); FLUX (24 of 128) and Wan (40 of 128).
 SWEEP_SHAPES = {64: ((2, 10),), 128: ((1, 24), (1, 40))}
 # SAGEDOCTOR_SELFTEST_DEVICE=cpu: the same checks and sweep on the CPU, with `sageattn()` as
@@ -137,36 +167,208 @@ def crossover(points: list[tuple[int, bool]]) -> int | None:
     return best
 
 
+def initial_lengths(grid: tuple[int, ...], apps: tuple[int, ...] = ()) -> list[int]:
+    """What a sweep measures before bisecting: the grid's ends, the coarse lengths and the
+    app lengths on it."""
+    ordered = sorted(set(grid))
+    if not ordered:
+        return []
+    return sorted({ordered[0], ordered[-1]} | {t for t in ordered if t in COARSE or t in apps})
+
+
+class Bisection:
+    """Which length to measure next: the initial ones, then the middle of the grid between two
+    adjacent measured lengths whose decisions differ, until they are neighbours on the grid.
+    Between two measured lengths that agree nothing more is measured: the router
+    interpolates there."""
+
+    def __init__(self, grid: tuple[int, ...], initial: list[int]) -> None:
+        self.grid = sorted(set(grid))
+        self.queue = [t for t in sorted(set(initial)) if t in self.grid]
+        self.decided: dict[int, bool] = {}
+
+    def record(self, tokens: int, route: bool) -> None:
+        self.decided[tokens] = route
+
+    def _gaps(self) -> list[tuple[int, int]]:
+        """Grid indices of adjacent measured lengths that disagree with lengths between."""
+        index = sorted(self.grid.index(t) for t in self.decided)
+        return [(a, b) for a, b in itertools.pairwise(index)
+                if b - a > 1 and self.decided[self.grid[a]] != self.decided[self.grid[b]]]
+
+    def next(self) -> int | None:
+        while self.queue:
+            tokens = self.queue.pop(0)
+            if tokens not in self.decided:
+                return tokens
+        gaps = self._gaps()
+        if not gaps:
+            return None
+        a, b = gaps[0]
+        return self.grid[(a + b) // 2]
+
+    def left(self) -> int:
+        """An estimate of the lengths still to measure."""
+        pending = sum(1 for t in self.queue if t not in self.decided)
+        return pending + sum(max(1, math.ceil(math.log2(b - a))) for a, b in self._gaps())
+
+
+class Progress:
+    """One line per measured shape on stderr (or wherever `write` goes), with the shapes left
+    (an estimate: bisection's plan grows as it finds crossovers) and the time left at the
+    time per shape so far."""
+
+    def __init__(self, write: Callable[[str], None] | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.write = write
+        self.clock = clock
+        self.started = clock()
+        self.done = 0
+        self.left: dict[str, int] = {}
+
+    def plan(self, family: str, shapes: int) -> None:
+        self.left[family] = shapes
+
+    def shape(self, family: str, shape: str, left_in_family: int, what: str) -> None:
+        self.done += 1
+        self.left[family] = left_in_family
+        left = sum(self.left.values())
+        spent = self.clock() - self.started
+        if self.write is not None:
+            self.write(PROGRESS_PREFIX + json.dumps({
+                "key": family, "shape": shape, "what": what, "done": self.done, "left": left,
+                "spent_s": round(spent, 1), "left_s": round(spent / self.done * left, 1)}))
+
+
+def driver_signature(proc_root: str = "/proc", system_root: str | None = None) -> str | None:
+    """Which GPU driver is installed: the first line of /proc/driver/nvidia/version on Linux,
+    the size and time of nvcuda.dll on Windows; None where neither is found."""
+    try:
+        with open(os.path.join(proc_root, "driver", "nvidia", "version"),
+                  encoding="utf-8", errors="replace") as handle:
+            line = handle.readline(500).strip()
+        if line:
+            return line
+    except OSError:
+        pass
+    root = system_root if system_root is not None else os.environ.get("SYSTEMROOT")
+    if root:
+        try:
+            found = os.stat(os.path.join(root, "System32", "nvcuda.dll"))
+            return f"nvcuda.dll {found.st_size} {found.st_mtime_ns}"
+        except OSError:
+            return None
+    return None
+
+
+def kernel_inputs(fingerprint: dict[str, Any], torch_cuda: str | None,
+                  driver: str | None) -> dict[str, str | None]:
+    """What the kernels' speed depends on beyond the versions: the installed files of
+    SageAttention, torch and Triton (their dist-info RECORD by stat), torch's CUDA and the
+    driver. Two runs with equal inputs measure the same kernels on the same software."""
+    stat = fingerprint.get("stat") or {}
+    out: dict[str, str | None] = {
+        name: json.dumps(stat.get(name)) if stat.get(name) is not None else None
+        for name in ("sageattention", "torch", "triton", "triton-windows")}
+    out["torch_cuda"] = torch_cuda
+    out["driver"] = driver
+    return out
+
+
+def reuse_check(prior: Calibration | None, live: dict[str, str | None],
+                fresh: bool) -> tuple[bool, str]:
+    """Whether stored decisions may be kept after a sample agrees, and why (not)."""
+    if fresh:
+        return False, "--fresh: every shape decided anew"
+    if prior is None or not any(g.decisions for g in prior.gpus.values()):
+        return False, "no stored decisions for this build: every shape measured"
+    if not prior.inputs:
+        return False, "the stored decisions do not say what they were measured with"
+    changed = sorted(k for k in set(prior.inputs) | set(live)
+                     if prior.inputs.get(k) != live.get(k))
+    if changed:
+        return False, "changed since the stored decisions: " + ", ".join(changed)
+    return True, "same SageAttention build, torch, GPU and driver as the stored decisions"
+
+
+def family_points(earlier: dict[str, Decision], dtype: str, d: int, batch: int, heads: int,
+                  kernel: str) -> dict[int, Decision]:
+    """The stored verify decisions of one sweep family, by length."""
+    bucket = bh_bucket(batch * heads)
+    out = {}
+    for key, decision in earlier.items():
+        parsed = parse_shape_key(key)
+        if parsed is None or decision.kernel != kernel or decision.source != "verify":
+            continue
+        p_dtype, p_d, p_bucket, q_len, kv_len, causal = parsed
+        if (p_dtype, p_d, p_bucket) == (dtype, d, bucket) and q_len == kv_len and not causal:
+            out[q_len] = decision
+    return out
+
+
+def reuse_sample(stored: dict[int, Decision], apps: tuple[int, ...]) -> list[int]:
+    """The stored lengths a reusing verify times again: a family's app lengths; in a family
+    without app shapes, the routed side of each crossover (else the longest length, where
+    nothing is routed)."""
+    lengths = sorted(stored)
+    sample = {t for t in apps if t in stored}
+    if sample:
+        return sorted(sample)
+    for lower, upper in itertools.pairwise(lengths):
+        if stored[upper].route and not stored[lower].route:
+            sample.add(upper)
+    if not any(stored[t].route for t in lengths) and lengths:
+        sample.add(lengths[-1])
+    return sorted(sample)
+
+
 def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds | None = None,
                  dtypes: tuple[str, ...] = ("bfloat16", "float16"),
                  head_dims: tuple[int, ...] = (64, 128), sweep: tuple[int, ...] = SWEEP,
                  settings: MeasureSettings = FULL, quick: bool = False,
-                 prior: Calibration | None = None) -> dict[str, Any]:
+                 prior: Calibration | None = None, fresh: bool = False,
+                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """`prior`: the decisions an earlier run stored for this build; a shape it routed stays
-    routed unless the kernel is now measurably slower (measure.decide)."""
+    routed unless the kernel is now measurably slower (measure.decide), and where its kernel
+    inputs are the live ones a sample is timed again and the rest kept."""
+    began = time.perf_counter()
     import torch
     import torch.nn.functional as F
 
     registry = registry or default_registry()
     thresholds = thresholds or Thresholds.from_env()
     sdpa = F.scaled_dot_product_attention
+    fingerprint = live_fingerprint()
+    timing: dict[str, float] = {"import_torch_s": round(time.perf_counter() - began, 2),
+                                "checks_s": 0.0, "sweep_s": 0.0}
+    on_cpu = os.environ.get(DEVICE_ENV, "").strip() == "cpu"
+    inputs = kernel_inputs(fingerprint, torch.version.cuda,
+                           None if on_cpu else driver_signature())
+    reuse, why = reuse_check(None if fresh else prior, inputs, fresh)
     report: dict[str, Any] = {
         "schema_version": SELFTEST_SCHEMA_VERSION,
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "thresholds": {"min_cosine": thresholds.min_cosine, "max_rel_l2": thresholds.max_rel_l2},
-        "measure": {"method": "cuda-events behind a host-lead spin, paired rounds; sustained "
-                              "blocks decide results in the sustain band",
-                    "margin": settings.margin, "rounds": settings.rounds,
-                    "max_rounds": settings.max_rounds, "quick": quick,
-                    "sustain_band": list(settings.sustain_band),
+        "measure": {"method": "cuda-events behind a host-lead spin, paired rounds with "
+                              "sequential stopping; sustained blocks decide short intervals "
+                              "that reach into the sustain band; bisection of the crossover",
+                    "margin": settings.margin, "confidence": settings.confidence,
+                    "noise_floor": settings.noise_floor, "max_rounds": settings.max_rounds,
+                    "quick": quick, "sustain_band": list(settings.sustain_band),
                     "sustain_s": settings.sustain_s,
                     "prior_decisions": sum(len(g.decisions) for g in prior.gpus.values())
-                    if prior else 0},
+                    if prior and not fresh else 0,
+                    "reuse": {"allowed": reuse, "why": why, "kept": 0, "timed": 0,
+                              "families_remeasured": []}},
         "gpus": [],
-        "fingerprint": live_fingerprint(),
+        "fingerprint": fingerprint,
+        "inputs": inputs,
+        "timing": timing,
     }
+    if fresh:
+        prior = None
     try:
         from importlib import metadata
 
@@ -174,20 +376,36 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
     except Exception:
         report["sageattention"] = None
     try:
+        started = time.perf_counter()
         import sageattention  # noqa: F401
 
         report["import"] = "ok"
+        timing["import_sageattention_s"] = round(time.perf_counter() - started, 2)
     except Exception as exc:
         report["import"] = f"{type(exc).__name__}: {exc}"[:300]
+    started = time.perf_counter()
     report["modules"] = _modules()
-    if os.environ.get(DEVICE_ENV, "").strip() == "cpu":
+    timing["modules_s"] = round(time.perf_counter() - started, 2)
+    if on_cpu:
         report["gpus"].append(_cpu_entry(torch, thresholds, sdpa, dtypes, head_dims,
-                                         settings))
+                                         settings, report, progress))
         return report
+    started = time.perf_counter()
     if not torch.cuda.is_available():
         report["error"] = "torch sees no CUDA GPU"
         return report
-    for index in range(torch.cuda.device_count()):
+    count = torch.cuda.device_count()
+    torch.empty(1, device="cuda")  # the CUDA context, timed on its own
+    timing["cuda_init_s"] = round(time.perf_counter() - started, 2)
+    tracker = Progress(progress)
+    for index in range(count):
+        for dtype_name in dtypes:
+            for d in head_dims:
+                for batch, heads in SWEEP_SHAPES.get(d, ((1, 16),))[:1 if quick else None]:
+                    apps = APP_LENGTHS.get((dtype_name, d, batch, heads), ())
+                    tracker.plan(_family_label(dtype_name, d, batch, heads, index, count),
+                                 len(initial_lengths(sweep, apps)) + (0 if quick else 2))
+    for index in range(count):
         device = torch.device("cuda", index)
         major, minor = torch.cuda.get_device_capability(device)
         arch = (int(major), int(minor))
@@ -203,10 +421,13 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
         for dtype_name in dtypes:
             dtype = getattr(torch, dtype_name)
             for d in head_dims:
-                gpu["keys"].append(_test_key(torch, registry, thresholds, sdpa, timer, device,
-                                             arch, dtype_name, dtype, d, sweep, shapes[d],
-                                             settings, earlier.decisions if earlier else {}))
+                gpu["keys"].append(_test_key(
+                    torch, registry, thresholds, sdpa, timer, device, arch, dtype_name, dtype,
+                    d, sweep, shapes[d], settings, earlier.decisions if earlier else {},
+                    reuse=reuse and not quick, report=report, progress=tracker,
+                    gpu_label=(index, count)))
         report["gpus"].append(gpu)
+    timing["selftest_s"] = round(time.perf_counter() - began, 2)
     return report
 
 
@@ -228,19 +449,46 @@ def _cpu_registry() -> KernelRegistry:
 
 def _cpu_entry(torch: Any, thresholds: Thresholds, sdpa: Callable[..., Any],
                dtypes: tuple[str, ...], head_dims: tuple[int, ...],
-               settings: MeasureSettings) -> dict[str, Any]:
+               settings: MeasureSettings, report: dict[str, Any],
+               progress: Callable[[str], None] | None) -> dict[str, Any]:
     device = torch.device("cpu")
     registry = _cpu_registry()
     timer = perf_counter_timer(lambda: None)
     settings = settings.for_device("cpu")
     gpu: dict[str, Any] = {"index": 0, "name": "cpu", "arch": "0.0", "uuid": None, "keys": []}
+    tracker = Progress(progress)
+    for dtype_name in dtypes:
+        for d in head_dims:
+            for batch, heads in CPU_SHAPES:
+                tracker.plan(_family_label(dtype_name, d, batch, heads, 0, 1), len(CPU_SWEEP))
     for dtype_name in dtypes:
         for d in head_dims:
             gpu["keys"].append(_test_key(torch, registry, thresholds, sdpa, timer, device,
                                          (0, 0), dtype_name, getattr(torch, dtype_name), d,
                                          CPU_SWEEP, CPU_SHAPES, settings, {}, "cpu",
-                                         CPU_CHECK_SHAPE))
+                                         CPU_CHECK_SHAPE, reuse=False, report=report,
+                                         progress=tracker))
     return gpu
+
+
+def _point(batch: int, heads: int, tokens: int, result: SpeedResult, prior: bool | None,
+           ) -> dict[str, Any]:
+    return {"batch": batch, "heads": heads, "tokens": tokens,
+            "kernel_ms": round(result.kernel_s * 1e3, 4),
+            "sdpa_ms": round(result.sdpa_s * 1e3, 4), "speedup": round(result.speedup, 4),
+            "low": round(result.low, 4), "high": round(result.high, 4),
+            "rounds": result.rounds, "route": result.route, "decision": result.decision,
+            "settled": result.settled, "prior": prior, "sustained": result.short is not None,
+            "short": None if result.short is None else round(result.short, 4),
+            "spent_ms": round(result.spent_s * 1e3, 1), "stopped": result.stopped,
+            "reused": False}
+
+
+def _kept_point(batch: int, heads: int, tokens: int, decision: Decision) -> dict[str, Any]:
+    return {"batch": batch, "heads": heads, "tokens": tokens, "speedup": decision.speedup,
+            "low": decision.low, "high": decision.high, "rounds": decision.rounds,
+            "route": decision.route, "decision": "kernel" if decision.route else "sdpa",
+            "reused": True, "measured_at": decision.measured_at}
 
 
 def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
@@ -248,7 +496,10 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
               arch: tuple[int, int], dtype_name: str, dtype: Any, d: int,
               sweep: tuple[int, ...], shapes: tuple[tuple[int, int], ...],
               settings: MeasureSettings, earlier: dict[str, Any], device_type: str = "cuda",
-              check_shape: tuple[int, int, int] = CHECK_SHAPE) -> dict[str, Any]:
+              check_shape: tuple[int, int, int] = CHECK_SHAPE, *, reuse: bool = False,
+              report: dict[str, Any] | None = None, progress: Progress | None = None,
+              gpu_label: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+    checks_began = time.perf_counter()
     key: dict[str, Any] = {"dtype": dtype_name, "head_dim": d, "kernels": [], "chosen": None,
                            "sweep": [], "crossover": None,
                            "sageattn_auto": _sageattn_auto(torch, device, arch, dtype, d,
@@ -256,7 +507,18 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
     normal = _inputs(torch, device, dtype, check_shape, d, outlier=False)
     outlier = _inputs(torch, device, dtype, check_shape, d, outlier=True, seed=1)
     chosen: tuple[KernelSpec, Callable[..., Any]] | None = None
-    for spec in registry.candidates(device_type, arch, dtype_name, d):
+    candidates = list(registry.candidates(device_type, arch, dtype_name, d))
+    stored_kernel = _stored_kernel(earlier, dtype_name, d) if reuse else None
+    if stored_kernel in {c.name for c in candidates}:
+        # Reusing: the kernel the stored decisions were measured with is checked again
+        # first; passing, it is chosen as before (the same build fails the same kernels),
+        # and the others are not run again. Failing, every kernel is checked.
+        first = [c for c in candidates if c.name == stored_kernel]
+        candidates = first + [c for c in candidates if c.name != stored_kernel]
+    for spec in candidates:
+        if chosen is not None and stored_kernel is not None:
+            key.setdefault("kernels_not_rechecked", []).append(spec.name)
+            continue
         entry: dict[str, Any] = {"name": spec.name, "label": spec.label}
         try:
             fn = registry.load(spec)
@@ -272,13 +534,20 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
         if entry["passed"] and chosen is None:
             chosen = (spec, fn)
             key["chosen"] = spec.name
+    timing = (report or {}).get("timing")
+    if isinstance(timing, dict):
+        timing["checks_s"] = round(timing.get("checks_s", 0.0)
+                                   + time.perf_counter() - checks_began, 2)
     if chosen is None:
         return key
     spec, fn = chosen
+    sweep_began = time.perf_counter()
+    reuse_info = (report or {}).get("measure", {}).get("reuse", {})
     crossovers: dict[str, int | None] = {}
     for batch, heads in shapes:
-        points = []
-        for tokens in sweep:
+        label = _family_label(dtype_name, d, batch, heads, *gpu_label)
+
+        def measure(tokens: int, batch: int = batch, heads: int = heads) -> dict[str, Any]:
             q, k, v = _inputs(torch, device, dtype, (batch, heads, tokens), d, outlier=False)
             before = earlier.get(shape_key(dtype_name, d, batch * heads, tokens, tokens, False))
             prior = before.route if before is not None and before.kernel == spec.name else None
@@ -286,19 +555,67 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
                 result = measure_pair(partial(fn, q, k, v, is_causal=False, scale=None),
                                       partial(sdpa, q, k, v), timer, settings, prior)
             del q, k, v
-            points.append((tokens, result.route))
-            key["sweep"].append({
-                "batch": batch, "heads": heads, "tokens": tokens,
-                "kernel_ms": round(result.kernel_s * 1e3, 4),
-                "sdpa_ms": round(result.sdpa_s * 1e3, 4), "speedup": round(result.speedup, 4),
-                "low": round(result.low, 4), "high": round(result.high, 4),
-                "rounds": result.rounds, "route": result.route, "settled": result.settled,
-                "prior": prior, "sustained": result.short is not None,
-                "short": None if result.short is None else round(result.short, 4)})
-        crossovers[f"{batch}x{heads}"] = crossover(points)
+            return _point(batch, heads, tokens, result, prior)
+
+        def tick(tokens: int, left: int, what: str, batch: int = batch, heads: int = heads,
+                 label: str = label) -> None:
+            if progress is not None:
+                progress.shape(label, f"{batch}x{heads}x{tokens}", left, what)
+
+        apps = APP_LENGTHS.get((dtype_name, d, batch, heads), ())
+        points = _family(measure, tick, sweep, apps,
+                         family_points(earlier, dtype_name, d, batch, heads, spec.name)
+                         if reuse else {}, batch, heads, reuse_info, label)
+        key["sweep"].extend(points)
+        crossovers[f"{batch}x{heads}"] = crossover([(p["tokens"], p["route"]) for p in points])
     key["crossovers"] = crossovers
     key["crossover"] = next(iter(crossovers.values()), None)
+    if isinstance(timing, dict):
+        timing["sweep_s"] = round(timing.get("sweep_s", 0.0)
+                                  + time.perf_counter() - sweep_began, 2)
     return key
+
+
+def _stored_kernel(earlier: dict[str, Decision], dtype: str, d: int) -> str | None:
+    """The kernel the stored verify decisions of this dtype and head size were measured with."""
+    names = {decision.kernel for key, decision in earlier.items()
+             if decision.source == "verify" and (parsed := parse_shape_key(key)) is not None
+             and parsed[:2] == (dtype, d)}
+    return names.pop() if len(names) == 1 else None
+
+
+def _family_label(dtype: str, d: int, batch: int, heads: int, index: int, count: int) -> str:
+    return f"{dtype} D{d} {batch}x{heads}" + (f" on GPU {index}" if count > 1 else "")
+
+
+def _family(measure: Callable[[int], dict[str, Any]], tick: Callable[[int, int, str], None],
+            sweep: tuple[int, ...], apps: tuple[int, ...], stored: dict[int, Decision],
+            batch: int, heads: int, reuse_info: dict[str, Any],
+            label: str) -> list[dict[str, Any]]:
+    """One (dtype, head size, batch x heads) family's points: a sample of the stored ones
+    timed again and the rest kept where the sample agrees, else bisection from scratch."""
+    if stored:
+        sample = reuse_sample(stored, apps)
+        timed = []
+        for i, tokens in enumerate(sample):
+            timed.append(measure(tokens))
+            tick(tokens, len(sample) - i - 1, "re-timed")
+        reuse_info["timed"] = reuse_info.get("timed", 0) + len(timed)
+        if all(p["route"] == stored[p["tokens"]].route for p in timed):
+            reuse_info["kept"] = reuse_info.get("kept", 0) + len(stored) - len(timed)
+            again = {p["tokens"] for p in timed}
+            kept = [_kept_point(batch, heads, t, stored[t]) for t in sorted(stored)
+                    if t not in again]
+            return sorted(timed + kept, key=lambda p: int(p["tokens"]))
+        reuse_info.setdefault("families_remeasured", []).append(label)
+    plan = Bisection(sweep, initial_lengths(sweep, apps))
+    points: list[dict[str, Any]] = []
+    while (length := plan.next()) is not None:
+        point = measure(length)
+        plan.record(length, bool(point["route"]))
+        points.append(point)
+        tick(length, plan.left(), "measured")
+    return sorted(points, key=lambda p: int(p["tokens"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short sweep")
     parser.add_argument("--fresh", action="store_true",
                         help="ignore the decisions earlier runs stored for this build")
+    parser.add_argument("--progress", action="store_true",
+                        help="a line per measured shape on stderr")
     args = parser.parse_args(argv)
     settings = (QUICK if args.quick else FULL).with_env()
     prior = None
@@ -314,8 +633,13 @@ def main(argv: list[str] | None = None) -> int:
         from .router import calibration_path, load_current_calibration
 
         prior = load_current_calibration(calibration_path())
+
+    def to_stderr(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
     report = run_selftest(sweep=QUICK_SWEEP if args.quick else SWEEP, settings=settings,
-                          quick=args.quick, prior=prior)
+                          quick=args.quick, prior=prior, fresh=args.fresh,
+                          progress=to_stderr if args.progress else None)
     if args.json:
         print(json.dumps(report))
     else:

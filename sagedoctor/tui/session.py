@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -125,8 +126,10 @@ class Session:
         target = self.target
         return (Path(target.executable), Path(target.prefix)) if target else None
 
-    def verify(self) -> dict[str, Any]:
-        """{"verdict", "report", ...} as `verify --json` writes it (and records it)."""
+    def verify(self, progress: Callable[[dict[str, Any]], None] | None = None,
+               ) -> dict[str, Any]:
+        """{"verdict", "report", ...} as `verify --json` writes it (and records it);
+        `progress` gets the self-test's progress per measured shape."""
         if self.options.selftest_report is not None:
             return load_selftest_report(self.options.selftest_report)
         where = self.verify_target()
@@ -136,7 +139,8 @@ class Session:
         from ..commands.install import run_verify
 
         out = io.StringIO()
-        run_verify(where[0], where[1], self.options.quick_verify, True, out)
+        run_verify(where[0], where[1], self.options.quick_verify, True, out,
+                   progress=progress or (lambda _data: None))
         data: dict[str, Any] = json.loads(out.getvalue())
         return data
 

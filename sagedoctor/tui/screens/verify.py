@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from ...errors import SagedoctorError
-from ...verify import key_results
+from ...verify import key_results, progress_line
 from ..model import RESULT_COLUMNS, by_gpu, result_cells, verdict_line
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ Up/Down  scroll     Esc  back
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("Running the self-test on the GPU (a minute or two)…", id="verdict",
+        yield Static("Running the self-test on the GPU (under a minute)…", id="verdict",
                      markup=False)
         yield VerticalScroll(id="verify-body")
         yield Static("", id="verify-notes", markup=False)
@@ -50,11 +50,15 @@ Up/Down  scroll     Esc  back
     @work(thread=True, exclusive=True, group="verify")
     def run_verify(self) -> None:
         try:
-            data = self.tui.session.verify()
+            data = self.tui.session.verify(progress=self._progress_from_thread)
         except SagedoctorError as exc:
             self.app.call_from_thread(self._failed, exc)
             return
         self.app.call_from_thread(self._show, data)
+
+    def _progress_from_thread(self, data: dict[str, Any]) -> None:
+        line = f"Running the self-test on the GPU: {progress_line(data)}"
+        self.app.call_from_thread(self.query_one("#verdict", Static).update, line)
 
     def _failed(self, exc: SagedoctorError) -> None:
         self.query_one("#verdict", Static).update(f"Could not verify: {exc.message}")
