@@ -72,6 +72,13 @@ class BuildSettings:
     cxx_standard: int | None = None
 
     @property
+    def label(self) -> str:
+        """What this build is made for, as the install output names it: "archs 8.9;9.0, C++20"
+        (the standard only where the build raises it; the cache key carries it too)."""
+        return f"archs {self.arch_list}" + (f", C++{self.cxx_standard}" if self.cxx_standard
+                                             else "")
+
+    @property
     def env(self) -> tuple[tuple[str, str], ...]:
         return (
             ("TORCH_CUDA_ARCH_LIST", self.arch_list),
