@@ -95,12 +95,6 @@ def uninstall_command(target: TargetFacts, os_name: str, names: str) -> str:
     return f"{installer_command(target, os_name, 'uninstall')} {names}"
 
 
-def torch_index_url(build: compat.TorchBuild) -> str | None:
-    """The PyTorch index serving this build (+cu128 -> .../whl/cu128), where the CUDA matrix
-    says that torch version has it."""
-    return rules.torch_index_url(build, build.label)
-
-
 def torch_fix(target: TargetFacts, os_name: str, requirement: str, index_url: str,
               force: bool) -> str:
     """A torch command that always names its index, so the CUDA variant cannot change behind
@@ -384,7 +378,7 @@ def triton_problems(target: TargetFacts, gpus: list[Gpu], os_name: str,
 
 
 def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
-                 rules: TritonRules) -> list[Finding]:
+                 triton_rules: TritonRules) -> list[Finding]:
     out: list[Finding] = []
     if os_name == "windows" and target.triton:
         out.append(finding("SD153", "error", f"triton {target.triton} is installed",
@@ -397,7 +391,7 @@ def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
         return [finding("SD150", "info", f"not matched: torch {build.label} is not a CUDA build"),
                 *out]
     gpus = usable_gpus(gpu.nvidia if gpu else (), os_name)
-    req, problems = triton_problems(target, gpus, os_name, rules)
+    req, problems = triton_problems(target, gpus, os_name, triton_rules)
     out += problems
     if any(f.code == "SD151" for f in problems):
         return out

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from packaging.tags import cpython_tags
 from packaging.version import Version
 
-from . import __version__, compat
-from . import rules as compat_rules
+from . import __version__, compat, rules
 from .diagnose import (
     diagnose,
     gpu_label,
@@ -273,7 +272,7 @@ def _other_cuda_fix(index: WheelIndex, target: TargetFacts, gpus: list[Gpu]) -> 
     majors = {w.cuda_major for w in index.windows_wheels
               if w.torch.contains(public, prereleases=True) and wheel_supported_by(w, tags)
               and not w.problems}
-    release = compat_rules.torch_release(public)
+    release = rules.torch_release(public)
     if not majors or release is None:
         return None
     ccs = [g.compute_capability or "" for g in gpus]
@@ -305,7 +304,7 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
         return [], [], [finding("SD201", "error", f"torch {torch_label}: CUDA version unknown")]
 
     # Triton: plain `triton` and triton-windows share the module folder `triton/`.
-    rules = index.triton
+    triton_rules = index.triton
     plain_triton = target.triton is not None
     if plain_triton:
         steps.append(Step(
@@ -313,7 +312,7 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
             "plain `triton` has no Windows support and shadows triton-windows",
             distributions=("triton",)))
     # The same requirement `check` names in its fix (diagnose.triton_problems).
-    req, problems = triton_problems(target, gpus, "windows", rules)
+    req, problems = triton_problems(target, gpus, "windows", triton_rules)
     if req is None or (req.blocked and req.blocked_code == "SD202"):
         return steps, notes, [finding(
             "SD202", "error", f"torch {torch_label}: no triton-windows pairing in {index.source}")]
@@ -330,7 +329,8 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
         now = f"you have {have}" if have else "none installed"
         steps.append(Step("install", f"Install {requirement}",
                           f"{req.reason} ({now}){why}",
-                          distributions=(rules.windows_package,), requirement=requirement))
+                          distributions=(triton_rules.windows_package,),
+                          requirement=requirement))
 
     # SageAttention: one wheel from the fork's releases, installed with --no-deps.
     wheel, why_not = _pick_windows_wheel(index, target, build.cuda, gpus)
@@ -464,7 +464,7 @@ def _cxx_blockers(facts: Facts, standard: int, why: str) -> list[Finding]:
     tool = facts.toolchain
     if tool is None:
         return []
-    problems = compat_rules.cxx_toolchain_problems(standard, tool.gcc_version,
+    problems = rules.cxx_toolchain_problems(standard, tool.gcc_version,
                                                    tool.nvcc_version)
     return [finding("SD206", "error", f"C++{standard} ({why}): {p}") for p in problems]
 
@@ -524,7 +524,7 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
         return steps, notes, [finding("SD205", "error",
                                       "; ".join(gpu_label(g) for g in gpus) or "no NVIDIA GPU")]
     blockers = _toolchain_blockers(facts, index, archs, build.cuda_major)
-    standard, standard_why = compat_rules.cxx_standard_for(target.torch)
+    standard, standard_why = rules.cxx_standard_for(target.torch)
     blockers += _cxx_blockers(facts, standard, standard_why)
     system = facts.system
     jobs, ext, threads, parallel_why = build_parallelism(

@@ -129,11 +129,8 @@ def torch_index_url(build: compat.TorchBuild, torch_version: str) -> str | None:
         return f"{TORCH_INDEX}/{local}"
     if local == "cpu" or (not local and build.kind == "cpu"):
         return f"{TORCH_INDEX}/cpu"
-    label = local
-    if not local and build.kind == "cuda" and build.cuda:
-        cuda = compat.parse_version(build.cuda)
-        label = f"cu{cuda.release[0]}{cuda.release[1]}" if cuda and len(cuda.release) > 1 else ""
-    if release is not None and release.variant(label) is not None:
+    label = local or (build.cuda_label if build.kind == "cuda" else None)
+    if release is not None and label and release.variant(label) is not None:
         return f"{TORCH_INDEX}/{label}"
     return None  # a vendor's build (+nv24.08), or a variant the matrix does not know
 
@@ -141,12 +138,8 @@ def torch_index_url(build: compat.TorchBuild, torch_version: str) -> str | None:
 def variant_of(build: compat.TorchBuild, torch_version: str) -> TorchVariant | None:
     """The matrix's entry for an installed CUDA build (by its CUDA version)."""
     release = torch_release(torch_version)
-    if release is None or build.kind != "cuda" or not build.cuda:
-        return None
-    cuda = compat.parse_version(build.cuda)
-    if cuda is None or len(cuda.release) < 2:
-        return None
-    return release.variant(f"cu{cuda.release[0]}{cuda.release[1]}")
+    label = build.cuda_label if build.kind == "cuda" else None
+    return release.variant(label) if release is not None and label else None
 
 
 def build_serves(build: compat.TorchBuild, torch_version: str, cc: str | None,
