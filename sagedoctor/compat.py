@@ -63,6 +63,13 @@ class TorchBuild:
         release = parse_version(self.cuda)
         return release.release[0] if release else None
 
+    @property
+    def cuda_label(self) -> str | None:
+        """PyTorch's name for the CUDA build: "13.0" -> "cu130"."""
+        release = parse_version(self.cuda)
+        return (f"cu{release.release[0]}{release.release[1]}"
+                if release and len(release.release) > 1 else None)
+
 
 def torch_build(
     version: str, full_version: str | None, cuda: str | None, hip: str | None

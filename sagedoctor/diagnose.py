@@ -106,12 +106,6 @@ def uninstall_command(target: TargetFacts, os_name: str, names: str) -> str:
     return f"{installer_command(target, os_name, 'uninstall')} {names}"
 
 
-def torch_index_url(build: compat.TorchBuild) -> str | None:
-    """The PyTorch index serving this build (+cu128 -> .../whl/cu128), where the CUDA matrix
-    says that torch version has it."""
-    return rules.torch_index_url(build, build.label)
-
-
 def torch_fix(target: TargetFacts, os_name: str, requirement: str, index_url: str,
               force: bool) -> str:
     """A torch command that always names its index, so the CUDA variant cannot change behind

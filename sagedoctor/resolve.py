@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from packaging.tags import cpython_tags
 from packaging.version import Version
 
-from . import __version__, compat
-from . import rules as compat_rules
+from . import __version__, compat, rules
 from .diagnose import (
     diagnose,
     gpu_label,
@@ -79,6 +78,13 @@ class BuildSettings:
     # The C++ standard torch's headers demand: the build's temporary copy of setup.py gets
     # its -std= flags raised to it (source_build.patch_cxx_standard); None: left as it is.
     cxx_standard: int | None = None
+
+    @property
+    def label(self) -> str:
+        """What this build is made for, as the install output names it: "archs 8.9;9.0, C++20"
+        (the standard only where the build raises it; the cache key carries it too)."""
+        return f"archs {self.arch_list}" + (f", C++{self.cxx_standard}" if self.cxx_standard
+                                             else "")
 
     @property
     def env(self) -> tuple[tuple[str, str], ...]:
@@ -278,7 +284,7 @@ def _other_cuda_fix(index: WheelIndex, target: TargetFacts, gpus: list[Gpu]) -> 
     majors = {w.cuda_major for w in index.windows_wheels
               if w.torch.contains(public, prereleases=True) and wheel_supported_by(w, tags)
               and not w.problems}
-    release = compat_rules.torch_release(public)
+    release = rules.torch_release(public)
     if not majors or release is None:
         return None
     ccs = [g.compute_capability or "" for g in gpus]
@@ -303,7 +309,7 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
         return [], [], [finding("SD201", "error", f"torch {torch_label}: CUDA version unknown")]
 
     # Triton: plain `triton` and triton-windows share the module folder `triton/`.
-    rules = index.triton
+    triton_rules = index.triton
     plain_triton = target.triton is not None
     if plain_triton:
         steps.append(Step(
@@ -311,7 +317,7 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
             "plain `triton` has no Windows support and shadows triton-windows",
             distributions=("triton",)))
     # The same requirement `check` names in its fix (diagnose.triton_problems).
-    req, problems = triton_problems(target, gpus, "windows", rules)
+    req, problems = triton_problems(target, gpus, "windows", triton_rules)
     if req is None or (req.blocked and req.blocked_code == "SD202"):
         return steps, notes, [finding(
             "SD202", "error", f"torch {torch_label}: no triton-windows pairing in {index.source}")]
@@ -328,7 +334,8 @@ def _resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
         now = f"you have {have}" if have else "none installed"
         steps.append(Step("install", f"Install {requirement}",
                           f"{req.reason} ({now}){why}",
-                          distributions=(rules.windows_package,), requirement=requirement))
+                          distributions=(triton_rules.windows_package,),
+                          requirement=requirement))
 
     # SageAttention: one wheel from the fork's releases, installed with --no-deps.
     wheel, why_not = _pick_windows_wheel(index, target, build.cuda, gpus)
@@ -467,7 +474,7 @@ def _cxx_blockers(facts: Facts, standard: int, why: str) -> list[Finding]:
     tool = facts.toolchain
     if tool is None:
         return []
-    problems = compat_rules.cxx_toolchain_problems(standard, tool.gcc_version,
+    problems = rules.cxx_toolchain_problems(standard, tool.gcc_version,
                                                    tool.nvcc_version)
     return [finding("SD206", "error", f"C++{standard} ({why}): {p}") for p in problems]
 
@@ -528,7 +535,7 @@ def _resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: l
             f"{gpu_label(g)}: upstream builds no kernels for it" for g in gpus)
             or "no NVIDIA GPU")]
     blockers = _toolchain_blockers(facts, index, archs, build.cuda_major)
-    standard, standard_why = compat_rules.cxx_standard_for(target.torch)
+    standard, standard_why = rules.cxx_standard_for(target.torch)
     blockers += _cxx_blockers(facts, standard, standard_why)
     system = facts.system
     jobs, ext, threads, parallel_why = build_parallelism(

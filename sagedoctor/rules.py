@@ -23,8 +23,14 @@ TORCH_INDEX = "https://download.pytorch.org/whl"
 # Matrix" and the release RFCs #178665 (2.12), #190355 (2.14), #190385 (2.15: no cu126);
 # astral-sh-build/build-sageattention plan-matrix.py (@d3165d1), whose CI installs every listed
 # torch from download.pytorch.org/whl/cuXYZ; the default (PyPI) CUDA from each release's wheel
-# METADATA on PyPI (cuda-toolkit==13.0.3 in 2.14.1, ==13.2.2 in 2.15.0; read 2026-12-04).
+# METADATA on PyPI (cuda-toolkit==13.0.3 in 2.14.0/2.14.1, ==13.2.2 in 2.15.0; read 2026-12-04):
+# 2.14 shipped cu130 on PyPI although its RFC #190355 proposed 13.2.
 # Arch lists are Linux x86-64 and Windows builds; a cubin for X.y also runs on X.z, z >= y.
+# Volta on cu128: 2.7's cu128 build starts at Turing (cuobjdump of pytorch-2.7.0 cuda12.8 in
+# moi90/pytorch_compute_capabilities table.md: sm_75..sm_120; "torch 2.7.1+cu128 not support
+# sm_70", EutropicAI/vs-playground#59); 2.8 added sm_70 back to cu128/cu129 (pytorch/pytorch
+# #157517 and #160269, .ci/manywheel/build_cuda.sh "we would like to keep sm_70"); 2.9 and 2.10
+# keep it (RELEASE.md "For Release 2.9 and 2.10"); 2.11 dropped it (#172352, #175253).
 _MAXWELL_TO_HOPPER = ("5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0")
 _VOLTA_TO_BLACKWELL = ("7.0", "7.5", "8.0", "8.6", "9.0", "10.0", "12.0")
 _TURING_TO_BLACKWELL = ("7.5", "8.0", "8.6", "9.0", "10.0", "12.0")
@@ -79,7 +85,7 @@ _CU124 = _v("cu124", _MAXWELL_TO_HOPPER)
 _CU126 = _v("cu126", _MAXWELL_TO_HOPPER)
 _CU128_VOLTA = _v("cu128", _VOLTA_TO_BLACKWELL)
 _CU129_VOLTA = _v("cu129", _VOLTA_TO_BLACKWELL)
-_CU128 = _v("cu128", _TURING_TO_BLACKWELL)  # 2.11 dropped Volta from cu128
+_CU128 = _v("cu128", _TURING_TO_BLACKWELL)  # 2.7, and 2.11 (which dropped Volta again)
 _CU130 = _v("cu130", _TURING_TO_BLACKWELL)
 _CU132 = _v("cu132", _TURING_TO_BLACKWELL)
 
@@ -87,7 +93,7 @@ TORCH_CUDA_MATRIX: dict[tuple[int, int], TorchRelease] = {r.minor: r for r in (
     _release("2.4", "cu121", _CU118, _CU121, _CU124),
     _release("2.5", "cu124", _CU118, _CU121, _CU124),
     _release("2.6", "cu124", _CU118, _CU124, _CU126),
-    _release("2.7", "cu126", _CU118, _CU126, _CU128_VOLTA),
+    _release("2.7", "cu126", _CU118, _CU126, _CU128),
     _release("2.8", "cu128", _CU126, _CU128_VOLTA, _CU129_VOLTA),
     # cu129 builds of 2.9-2.11 are uncertain (pytorch/pytorch#187834: "unsupported since
     # 2.10"): left out, so no fix ever names them.
@@ -123,11 +129,8 @@ def torch_index_url(build: compat.TorchBuild, torch_version: str) -> str | None:
         return f"{TORCH_INDEX}/{local}"
     if local == "cpu" or (not local and build.kind == "cpu"):
         return f"{TORCH_INDEX}/cpu"
-    label = local
-    if not local and build.kind == "cuda" and build.cuda:
-        cuda = compat.parse_version(build.cuda)
-        label = f"cu{cuda.release[0]}{cuda.release[1]}" if cuda and len(cuda.release) > 1 else ""
-    if release is not None and release.variant(label) is not None:
+    label = local or (build.cuda_label if build.kind == "cuda" else None)
+    if release is not None and label and release.variant(label) is not None:
         return f"{TORCH_INDEX}/{label}"
     return None  # a vendor's build (+nv24.08), or a variant the matrix does not know
 
@@ -135,12 +138,8 @@ def torch_index_url(build: compat.TorchBuild, torch_version: str) -> str | None:
 def variant_of(build: compat.TorchBuild, torch_version: str) -> TorchVariant | None:
     """The matrix's entry for an installed CUDA build (by its CUDA version)."""
     release = torch_release(torch_version)
-    if release is None or build.kind != "cuda" or not build.cuda:
-        return None
-    cuda = compat.parse_version(build.cuda)
-    if cuda is None or len(cuda.release) < 2:
-        return None
-    return release.variant(f"cu{cuda.release[0]}{cuda.release[1]}")
+    label = build.cuda_label if build.kind == "cuda" else None
+    return release.variant(label) if release is not None and label else None
 
 
 def build_serves(build: compat.TorchBuild, torch_version: str, cc: str | None,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sagedoctor import compat
-from sagedoctor.diagnose import diagnose, torch_index_url
+from sagedoctor import compat, rules
+from sagedoctor.diagnose import diagnose
 from sagedoctor.facts import load_facts_file
 from sagedoctor.index import shipped_index
 from sagedoctor.probe.target import probe_target
@@ -125,7 +125,7 @@ def test_no_pip_command_where_the_venv_has_no_pip() -> None:
 ])
 def test_torch_index_url_of_a_build(label: str, cuda: str | None, hip: str | None,
                                     url: str | None) -> None:
-    assert torch_index_url(compat.torch_build(label, label, cuda, hip)) == url
+    assert rules.torch_index_url(compat.torch_build(label, label, cuda, hip), label) == url
 
 
 def test_probe_says_whether_pip_starts(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import json
 import re
 import tarfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from sagedoctor.install.errors import HostileDownload, NotInCache
 from sagedoctor.install.execute import Executor, installed_distributions
 from sagedoctor.install.runner import Installer, InstallError
+from sagedoctor.install_record import read_record
 from sagedoctor.resolve import Step, WheelDownload
 from tests.test_install_kit import (
     FAKE_SETUP,
@@ -75,10 +77,10 @@ def wheel_step(site: Site, wheel: Path, sha256: str | None = "auto",
                 wheel=WheelDownload(wheel.name, site.url(route), digest, None))
 
 
-def source_archive(tmp_path: Path, kernel: str = SAGE_GOOD) -> bytes:
+def source_archive(tmp_path: Path, kernel: str = SAGE_GOOD, setup: str = FAKE_SETUP) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, text in {"setup.py": FAKE_SETUP, "sageattention/__init__.py": kernel}.items():
+        for name, text in {"setup.py": setup, "sageattention/__init__.py": kernel}.items():
             data = text.encode()
             info = tarfile.TarInfo(f"SageAttention-{COMMIT}/{name}")
             info.size = len(data)
@@ -214,6 +216,35 @@ def test_reinstall_comes_from_the_cache_with_zero_requests(venv: tuple[Path, Pat
     assert "(no index request)" in out
     run(python, tmp_path, *steps, offline=True)
     assert site.requests == []
+
+
+def test_a_cxx20_build_is_keyed_labelled_and_recorded_the_same_from_the_cache(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    """The C++ standard a build was raised to is part of its cache key and its label, and a
+    wheel taken from the cache leaves the same install record as the build that made it."""
+    python, _packages = venv
+    upstream_like = 'CXX_FLAGS = ["-O3", "-std=c++17"]\n' + FAKE_SETUP
+    site.routes[f"/archive/{COMMIT}.tar.gz"] = source_archive(tmp_path, setup=upstream_like)
+    build = replace(settings_for(site.url(f"/archive/{COMMIT}.tar.gz"), commit=COMMIT),
+                    cxx_standard=20)
+    step = Step("build-from-source", "Build", "why", ("sageattention",), build=build)
+    note = {"sageattention": "source build, C++ standard of torch's headers: "
+                             "setup.py: -std=c++17 -> -std=c++20 (1x)"}
+    _first, out = run(python, tmp_path, step)
+    assert "building:" in out
+    built = read_record(python.parent.parent)
+    assert built is not None and built.built == note
+    _again, out = run(python, tmp_path, step)
+    assert "building:" not in out and "archs 8.6;8.9, C++20 (from the cache)" in out
+    cached = read_record(python.parent.parent)
+    assert cached is not None and cached.built == note
+    # the same commit built as upstream wrote it is another wheel, not that cache entry
+    plain = Step("build-from-source", "Build", "why", ("sageattention",),
+                 build=replace(build, cxx_standard=None))
+    _plain, out = run(python, tmp_path, plain)
+    assert "building:" in out and "(from the cache)" not in out
+    unpatched = read_record(python.parent.parent)
+    assert unpatched is not None and unpatched.built == {}
 
 
 def test_offline_with_a_cold_cache_says_what_is_missing(venv: tuple[Path, Path],

@@ -20,8 +20,8 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "macos-apple": ({"SD101", "SD111"}, 2),
     "windows-arm64": ({"SD101"}, 2),
     "wsl-rtx3090-needs-install": ({"SD102", "SD161", "SD171"}, 1),
-    # torch 2.7's cu128 build still carries Volta (sm70) kernels; SageAttention does not
-    "linux-v100": ({"SD112"}, 2),
+    # torch 2.7's cu128 build starts at Turing (sm70 came back in 2.8): no torch kernels either
+    "linux-v100": ({"SD112", "SD144"}, 2),
     "linux-t4-turing": ({"SD113"}, 2),
     # torch 2.10 needs Triton 3.6, Turing needs < 3.3: said once, with the way out
     "windows-rtx2080-turing": ({"SD113", "SD146"}, 1),
@@ -81,7 +81,6 @@ ABSENT: dict[str, set[str]] = {
     "linux-h200-ready": {"SD120", "SD152", "SD163", "SD164"},
     "windows-rtx5090-torch213-ready": {"SD152", "SD163", "SD164", "SD151"},
     "windows-rtx2080-turing": {"SD112", "SD152", "SD154"},  # one finding, SD146
-    "linux-v100": {"SD144"},
     "windows-torch214-today": {"SD202", "SD147"},
     "windows-torch215-no-triton-windows-yet": {"SD151", "SD152"},
     "windows-rtx2080-turing-torch25": {"SD152", "SD146"},

@@ -45,8 +45,15 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def built_key(commit: str, torch_build: str, python_tag: str, arch_list: str) -> str:
-    text = json.dumps([commit, torch_build, python_tag, arch_list])
+_PATCHES = "patches.json"  # beside a built wheel: what its build patched
+
+
+def built_key(commit: str, torch_build: str, python_tag: str, arch_list: str,
+              cxx_standard: int | None = None) -> str:
+    """A raised C++ standard is part of what was built (a build left as upstream wrote it
+    keeps the key it always had)."""
+    parts = [commit, torch_build, python_tag, arch_list]
+    text = json.dumps([*parts, f"c++{cxx_standard}"] if cxx_standard else parts)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
@@ -120,11 +127,21 @@ class Cache:
         wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
         return wheels[0] if len(wheels) == 1 else None
 
-    def store_built(self, key: str, wheel: Path) -> Path:
+    def built_patches(self, key: str) -> list[str]:
+        """What the build of a cached wheel patched in its copy of the source (none: [])."""
+        try:
+            data = json.loads((self.root / "built" / key / _PATCHES).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        return [p for p in data if isinstance(p, str)] if isinstance(data, list) else []
+
+    def store_built(self, key: str, wheel: Path, patches: list[str] | None = None) -> Path:
         folder = self.root / "built" / key
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
+        if patches:  # a wheel from the cache is recorded as the build recorded it
+            (folder / _PATCHES).write_text(json.dumps(patches), encoding="utf-8")
         target = folder / wheel.name
         shutil.copy2(wheel, target)
         return target

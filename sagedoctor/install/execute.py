@@ -348,13 +348,14 @@ class Executor:
     def _build(self, settings: BuildSettings) -> Path:
         torch = (self.target["dists"].get("torch") or [{}])[0].get("version", "none")
         python_tag = "cp" + self.target["python"].replace(".", "")
-        key = (built_key(settings.commit, torch, python_tag, settings.arch_list)
-               if settings.commit else None)
+        key = (built_key(settings.commit, torch, python_tag, settings.arch_list,
+                         settings.cxx_standard) if settings.commit else None)
         if key is not None and settings.commit is not None:
             hit = self.cache.built_wheel(key)
             if hit is not None:
+                self.build_patches += self.cache.built_patches(key)
                 self.say(f"{hit.name}: built before from {settings.commit[:7]} for torch "
-                         f"{torch}, {python_tag}, archs {settings.arch_list} (from the cache)")
+                         f"{torch}, {python_tag}, {settings.label} (from the cache)")
                 return hit
         source = Path(settings.source)
         if settings.commit is not None:  # the pinned archive (or a local copy of it)
@@ -373,7 +374,8 @@ class Executor:
                             report_every=self.report_every, cancel=self.cancel,
                             patched=self.build_patches)
         journal.write(build_pgid=None)
-        return self.cache.store_built(key, wheel) if key is not None else wheel
+        return (self.cache.store_built(key, wheel, self.build_patches) if key is not None
+                else wheel)
 
     # --- changing the venv --------------------------------------------------------------------
 
