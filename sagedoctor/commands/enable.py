@@ -63,6 +63,7 @@ def run_enable(target: TargetFacts, out: TextIO | None = None, *,
     stream = out or sys.stdout
     if launch_flag:
         return _enable_launch_flag(target, comfyui, verification, stream)
+    _refuse_where_site_never_runs(target, comfyui)  # first: it is why nothing else is seen
     venv = target.prefix
     if target.runtime is None:
         raise EnableError(f"the runtime is not installed in {venv}",
@@ -77,7 +78,6 @@ def run_enable(target: TargetFacts, out: TextIO | None = None, *,
     if not isinstance(data, dict) or data.get("verdict") != "routing":
         raise EnableError(f"{verified} does not record a passing verification",
                           f"run `sagedoctor verify {_target_arg(target, comfyui)}`")
-    _refuse_where_site_never_runs(target, comfyui)
     path = hook_path(target)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(HOOK_LINE, encoding="utf-8")
@@ -136,7 +136,11 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
     if comfyui.sage_flag_supported is False:
         raise EnableError(f"ComfyUI {comfyui.version or ''} does not declare {SAGE_FLAG}; "
                           "it would stop at start", "update ComfyUI first")
-    wrong = verification.wrong_sageattn if verification is not None else ()
+    from ..diagnose import verification_is_current
+
+    # What verify found about the build installed now (an older build's record says nothing).
+    wrong = verification.wrong_sageattn if verification is not None and verification_is_current(
+        verification, target) else ()
     if wrong:
         raise EnableError(f"verify found `sageattn()` wrong on {wrong[0].name}: with "
                           f"{SAGE_FLAG} every image would be garbage",
