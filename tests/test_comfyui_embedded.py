@@ -158,7 +158,8 @@ def test_install_enable_uninstall_round_trip_leaves_the_embedded_python_as_it_wa
 def test_enable_says_why_a_pth_without_import_site_cannot_run_the_hook(tmp_path: Path) -> None:
     root, python = portable(tmp_path, site=False)
     env = clean_env(tmp_path)
-    assert ask(python, "import json, sys; print(json.dumps(sys.flags.no_site))", env) == 1
+    assert ask(python, "import json, sys; print(json.dumps({'no_site': sys.flags.no_site}))",
+               env) == {"no_site": 1}
     report = json.loads(run_cli(["check", "--json", "--comfyui", str(root)], env).stdout)
     assert "SD225" in {f["code"] for f in report["findings"]}
     done = run_cli(["enable", "--comfyui", str(root)], env)
