@@ -683,8 +683,28 @@ def diagnose(facts: Facts, index: WheelIndex | None = None) -> list[Finding]:
         area = _PROBE_AREA.get(failure.area, failure.area)
         out.append(finding("SD190", "error", failure.message, area=area,
                            title=f"Could not check {area}"))
+    if facts.comfyui is not None and runs_comfyui(facts.comfyui, facts.target, os_name):
+        out = for_comfyui_target(out, facts.comfyui, facts.target, os_name)
     order = {a: i for i, a in enumerate(AREAS)}
     return sorted(out, key=lambda f: order.get(f.area, len(order)))  # stable within an area
+
+
+def for_comfyui_target(findings: list[Finding], comfy: ComfyUIFacts,
+                       target: TargetFacts | None, os_name: str) -> list[Finding]:
+    """ComfyUI's own Python is the app's interpreter, not a system one: no SD134 for the
+    portable build's embedded Python, and fix commands name it by --comfyui DIR (an embedded
+    Python has no venv that --venv could name)."""
+    from dataclasses import replace
+
+    assert target is not None
+    venv = f"--venv {_venv_arg(target, os_name)}"
+    ours = f"--comfyui {quote(comfy.root, os_name)}"
+    out = []
+    for f in findings:
+        if f.code == "SD134" and comfy.layout == "portable":
+            continue
+        out.append(replace(f, fix=f.fix.replace(venv, ours)) if venv in f.fix else f)
+    return out
 
 
 def findings_for_areas(findings: Iterable[Finding], areas: Iterable[str]) -> list[Finding]:

@@ -244,6 +244,9 @@ def test_flag_this_comfyui_does_not_have_and_a_pth_without_site(tmp_path: Path) 
     assert found["SD224"].severity == "error" and "unrecognized arguments" in found["SD224"].detail
     assert found["SD225"].severity == "warn" and "python312._pth" in found["SD225"].detail
     assert "embedded Python 3." in found["SD220"].detail
+    # the app's own interpreter: no "base interpreter" note; fixes name it by --comfyui
+    assert facts.comfyui is not None and "SD134" not in found
+    assert found["SD169"].fix == f'sagedoctor verify --comfyui "{facts.comfyui.root}"'
 
 
 def test_comfyui_facts_round_trip_and_older_reports_still_load(tmp_path: Path) -> None:
