@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -167,7 +168,7 @@ def test_enable_says_why_a_pth_without_import_site_cannot_run_the_hook(tmp_path:
     pth = python.parent / "python._pth"
     assert f"{pth} has no `import site` line" in done.stderr
     assert "the start-up hook cannot run here" in done.stderr
-    assert f"--comfyui {root} --launch-flag" in done.stderr
+    assert f"--comfyui {shlex.quote(str(root))} --launch-flag" in done.stderr
     assert not list(python.parent.rglob("*.pth"))
 
 
@@ -185,6 +186,8 @@ def test_launch_flag_writes_a_copy_of_the_launcher_and_disable_removes_it(
         "--enable-manager --use-sage-attention")
     assert (root / "run_nvidia_gpu.bat").read_bytes() == stock
     assert "verify's record: none" in done.stdout
+    assert "No verify has checked sageattn() in this Python" in done.stdout
+    assert "--use-sage-attention (on in run_nvidia_gpu_sageattention.bat)" in done.stdout
     assert not (embedded_site(python) / "sagedoctor-runtime.pth").exists()  # the flag, no hook
     report = json.loads(run_cli(["check", "--json", "--comfyui", str(root)], env).stdout)
     assert report["facts"]["comfyui"]["sage_flag_in"] == ["run_nvidia_gpu_sageattention.bat"]

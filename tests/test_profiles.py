@@ -60,6 +60,8 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "linux-h200-sageattn-wrong": ({"SD166", "SD167"}, 1),
     "linux-h200-verify-stale": ({"SD166", "SD168"}, 0),
     "windows-4090-unverified": ({"SD169", "SD182"}, 0),
+    # ComfyUI's portable build started with --use-sage-attention on a sageattn() found wrong.
+    "windows-comfyui-portable-sage-flag-wrong": ({"SD131", "SD167", "SD181", "SD222"}, 1),
 }
 
 # Codes a profile must NOT show, where the absence is the point.
@@ -68,6 +70,8 @@ ABSENT: dict[str, set[str]] = {
     "windows-rtx5090-torch213-ready": {"SD152", "SD163", "SD164", "SD151"},
     "windows-rtx2080-turing": {"SD112"},  # Turing works on Windows through Triton
     "linux-h100-plus-v100": {"SD111"},
+    # the app's own embedded Python: no "base interpreter" note, nothing called InvokeAI
+    "windows-comfyui-portable-sage-flag-wrong": {"SD134", "SD180", "SD223"},
 }
 
 

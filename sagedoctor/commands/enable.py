@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
@@ -93,9 +94,15 @@ def run_enable(target: TargetFacts, out: TextIO | None = None, *,
 
 
 def _target_arg(target: TargetFacts, comfyui: ComfyUIFacts | None) -> str:
+    from ..diagnose import quote
+    from ..probe.target import current_os
+
+    os_name = current_os()
     if comfyui is not None:
-        return f"--comfyui {comfyui.root}"
-    return f"--venv {target.prefix}" if target.is_venv else f"--python {target.executable}"
+        return f"--comfyui {quote(comfyui.root, os_name)}"
+    if target.is_venv:
+        return f"--venv {quote(target.prefix, os_name)}"
+    return f"--python {quote(target.executable, os_name)}"
 
 
 def _refuse_where_site_never_runs(target: TargetFacts, comfyui: ComfyUIFacts | None) -> None:
@@ -106,8 +113,9 @@ def _refuse_where_site_never_runs(target: TargetFacts, comfyui: ComfyUIFacts | N
     text = read_small(pth)
     if text is None or pth_imports_site(text):
         return
-    flag = (f"`sagedoctor enable --comfyui {comfyui.root} --launch-flag`" if comfyui is not None
-            and comfyui.layout == "portable" else f"start ComfyUI with {SAGE_FLAG}")
+    portable = comfyui is not None and comfyui.layout == "portable"
+    flag = (f"`sagedoctor enable {_target_arg(target, comfyui)} --launch-flag`" if portable
+            else f"start ComfyUI with {SAGE_FLAG}")
     raise EnableError(f"{pth} has no `import site` line, so this Python never imports site "
                       "and never runs a .pth file: the start-up hook cannot run here",
                       f"add the line `import site` to {pth} (ComfyUI's portable build ships "
@@ -132,7 +140,7 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
                           "pass --comfyui DIR (the ComfyUI_windows_portable folder)")
     if target.sageattention is None:
         raise EnableError(f"SageAttention is not installed in {target.prefix}",
-                          f"run `sagedoctor install --comfyui {comfyui.root}` first")
+                          f"run `sagedoctor install {_target_arg(target, comfyui)}` first")
     if comfyui.sage_flag_supported is False:
         raise EnableError(f"ComfyUI {comfyui.version or ''} does not declare {SAGE_FLAG}; "
                           "it would stop at start", "update ComfyUI first")
@@ -144,7 +152,7 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
     if wrong:
         raise EnableError(f"verify found `sageattn()` wrong on {wrong[0].name}: with "
                           f"{SAGE_FLAG} every image would be garbage",
-                          f"run `sagedoctor install --comfyui {comfyui.root}` (it replaces "
+                          f"run `sagedoctor install {_target_arg(target, comfyui)}` (it replaces "
                           "the build), then verify")
     if comfyui.layout != "portable":
         stream.write(comfyui_ways(comfyui, hook_on=hook_path(target).exists(),
@@ -170,7 +178,12 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
     tmp.replace(dest)
     stream.write(f"Wrote {dest}: run_nvidia_gpu.bat with {SAGE_FLAG}. Start ComfyUI with it "
                  "to use ComfyUI's own switch; run_nvidia_gpu.bat is unchanged.\n")
-    stream.write(comfyui_ways(comfyui, hook_on=hook_path(target).exists(),
+    if verification is None or verification.status != "verified":
+        stream.write(f"No verify has checked sageattn() in this Python: run `sagedoctor verify "
+                     f"{_target_arg(target, comfyui)}` before starting ComfyUI with it.\n")
+    now = replace(comfyui, sage_flag_in=tuple(dict.fromkeys((*comfyui.sage_flag_in,
+                                                             FLAG_LAUNCHER))))
+    stream.write(comfyui_ways(now, hook_on=hook_path(target).exists(),
                               table=_verify_table(target)))
     return 0
 
