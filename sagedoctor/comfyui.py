@@ -7,7 +7,6 @@ size-capped, decoded with replacement, parsed without executing anything.
 
 from __future__ import annotations
 
-import ast
 import json
 import sys
 from collections.abc import Mapping
@@ -122,6 +121,8 @@ def with_sage_flag(bat: str) -> str:
 # --- version and flag support --------------------------------------------------------------
 
 def _literal_version(text: str) -> str | None:
+    import ast  # only where a comfyui_version.py is read (a few ms of import otherwise)
+
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError):

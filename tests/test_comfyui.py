@@ -5,6 +5,7 @@ holding a .venv) never called InvokeAI; the flag against verify's record; enable
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -297,3 +298,28 @@ def test_pth_file_is_the_one_beside_the_interpreter(tmp_path: Path) -> None:
     assert pth_file_for(tmp_path / "python.exe") == tmp_path / "python312._pth"
     (tmp_path / "python._pth").write_text(".\n", encoding="utf-8")
     assert pth_file_for(tmp_path / "python.exe") == tmp_path / "python._pth"
+
+
+def test_desktop_found_alone_is_the_default_target_and_invokeai_found_too_stays_it(
+        tmp_path: Path) -> None:
+    base = tmp_path / "Documents" / "ComfyUI"
+    shutil.copytree(FIXTURES / "desktop" / "Documents" / "ComfyUI", base)
+    make_venv(base / ".venv")
+    config = tmp_path / "config"
+    (config / "ComfyUI").mkdir(parents=True)
+    (config / "ComfyUI" / "config.json").write_text(json.dumps({"basePath": str(base)}),
+                                                    encoding="utf-8")
+    env = {**clean_env(tmp_path), "XDG_CONFIG_HOME": str(config)}
+    report = json.loads(run_cli(["check", "--json"], env).stdout)
+    assert report["facts"]["target"]["prefix"] == str(base / ".venv")
+    comfy = report["facts"]["comfyui"]
+    assert (comfy["layout"], comfy["source"], comfy["sage_flag_in"]) == (
+        "desktop", "desktop-config", ["comfy.settings.json"])
+    # with an InvokeAI too, InvokeAI's venv stays the default and ComfyUI says how to pick it
+    invoke = tmp_path / "invokeai"
+    add_dist(make_venv(invoke / ".venv"), "invokeai", "6.14.2")
+    both = json.loads(run_cli(["check", "--json"], {**env, "INVOKEAI_ROOT": str(invoke)}).stdout)
+    assert both["facts"]["target"]["prefix"] == str(invoke / ".venv")
+    found = {f["code"]: f for f in both["findings"]}
+    assert found["SD227"]["fix"] == f"sagedoctor check --comfyui {shlex.quote(str(base))}"
+    assert "SD222" not in found  # the flag is read against ComfyUI's own Python only
