@@ -77,6 +77,16 @@ def pth_imports_site(text: str) -> bool:
     return False
 
 
+def pth_paths(text: str) -> tuple[str, ...]:
+    """The folders a ._pth file puts on sys.path (its lines but comments and imports)."""
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith(("#", "import ", "import\t")):
+            out.append(line[:500])
+    return tuple(out[:100])
+
+
 # --- the launch flag -----------------------------------------------------------------------
 
 def bat_sets_sage_flag(text: str) -> bool:
@@ -253,7 +263,7 @@ def _portable(root: Path, source: str, os_name: str) -> ComfyUIFacts:
         sage_flag_in=tuple(flagged), launchers=tuple(launchers),
         pth_file=str(pth) if pth is not None else None,
         pth_imports_site=pth_imports_site(pth_text) if pth_text is not None else None,
-        problem=problem)
+        pth_paths=pth_paths(pth_text) if pth_text is not None else (), problem=problem)
 
 
 def _clone(root: Path, source: str, os_name: str, python: Path | None) -> ComfyUIFacts:

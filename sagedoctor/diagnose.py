@@ -495,6 +495,22 @@ def runs_comfyui(comfy: ComfyUIFacts, target: TargetFacts | None, os_name: str) 
         "\\" if os_name == "windows" else "/"))
 
 
+def _pth_lists(comfy: ComfyUIFacts, folder: str, os_name: str) -> bool:
+    """Whether the ._pth puts ``folder`` on sys.path (its lines are relative to its own
+    folder, as CPython reads them)."""
+    import ntpath
+    import posixpath
+
+    paths = ntpath if os_name == "windows" else posixpath
+    base = paths.dirname(comfy.pth_file or "")
+
+    def norm(path: str) -> str:
+        normal = str(paths.normpath(path))
+        return normal.casefold() if os_name == "windows" else normal
+
+    return norm(folder) in {norm(paths.join(base, line)) for line in comfy.pth_paths}
+
+
 def _comfyui_summary(comfy: ComfyUIFacts, target: TargetFacts | None, os_name: str) -> str:
     kind = {"portable": "portable build", "desktop": "ComfyUI Desktop",
             "clone": "git clone"}.get(comfy.layout, comfy.layout)
@@ -531,8 +547,13 @@ def check_comfyui(facts: Facts, os_name: str) -> list[Finding]:
         out.append(finding("SD227", "info", f"ComfyUI runs {comfy.python}; this check "
                            f"inspected {where}", f"sagedoctor check --comfyui {folder}"))
     if comfy.pth_file and comfy.pth_imports_site is False:
-        out.append(finding("SD225", "warn", f"{comfy.pth_file} has no `import site` line: this "
-                           "Python never reads site-packages' .pth files"))
+        if ours and target is not None and not _pth_lists(comfy, target.site_packages, os_name):
+            out.append(finding("SD228", "error", f"{comfy.pth_file} neither imports site nor "
+                               f"lists {target.site_packages}: nothing installed there can be "
+                               "imported"))
+        else:
+            out.append(finding("SD225", "warn", f"{comfy.pth_file} has no `import site` line: "
+                               "this Python never reads site-packages' .pth files"))
     where = ", ".join(comfy.sage_flag_in)
     if comfy.sage_flag_in and comfy.sage_flag_supported is False:
         out.append(finding("SD224", "error", f"{where} passes {SAGE_FLAG}, which ComfyUI "

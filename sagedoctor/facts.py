@@ -153,6 +153,7 @@ class ComfyUIFacts:
     launchers: tuple[str, ...] = ()  # the portable build's run_*.bat files
     pth_file: str | None = None  # an embedded Python's ._pth (it replaces sys.path)
     pth_imports_site: bool | None = None  # the ._pth has an `import site` line
+    pth_paths: tuple[str, ...] = ()  # its path lines as written (relative to its folder)
     problem: str | None = None  # what is missing from the layout, said as found
 
 

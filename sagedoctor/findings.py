@@ -255,6 +255,12 @@ _KINDS = [
                 "start-up hook (`sagedoctor enable`) cannot run there.",
                 "Add a line `import site` to the ._pth file (the portable build ships it), "
                 "or start ComfyUI with --use-sage-attention instead."),
+    FindingKind("SD228", "comfyui", "Embedded Python cannot import its site-packages",
+                "The ._pth file neither has an `import site` line nor lists site-packages, so "
+                "nothing installed there (SageAttention, triton, the runtime) can be "
+                "imported: an install could not work.",
+                "Add the line `import site` to the ._pth file (the portable build ships it), "
+                "then run sagedoctor again."),
     FindingKind("SD226", "comfyui", "ComfyUI install incomplete",
                 "The ComfyUI layout was found, but a part sagedoctor needs is missing (its "
                 "Python, the ._pth file, a venv).",

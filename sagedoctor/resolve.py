@@ -30,7 +30,7 @@ RUNTIME_DIST = "sagedoctor-runtime"
 # torch without kernels for a GPU, only concerns GPUs older than any SageAttention serves.)
 _BLOCKING_CODES = frozenset({
     "SD101", "SD111", "SD112", "SD113", "SD114", "SD116", "SD120", "SD131", "SD132", "SD133",
-    "SD141", "SD142", "SD143", "SD145", "SD190",
+    "SD141", "SD142", "SD143", "SD145", "SD190", "SD228",
 })
 
 

@@ -200,7 +200,8 @@ def _portable_facts(tmp_path: Path, profile: str, **comfy: Any) -> Facts:
     assert facts.target is not None and found is not None
     python = str(root / "python_embeded" / "python.exe")
     target = replace(facts.target, executable=python, prefix=str(root / "python_embeded"),
-                     is_venv=False)
+                     is_venv=False,
+                     site_packages=str(root / "python_embeded" / "Lib" / "site-packages"))
     return replace(facts, target=target, comfyui=replace(found, **comfy),
                    areas=(*facts.areas, "comfyui"))
 
@@ -240,10 +241,18 @@ def test_flag_where_verify_found_nothing_faster_is_a_warning(tmp_path: Path) -> 
 def test_flag_this_comfyui_does_not_have_and_a_pth_without_site(tmp_path: Path) -> None:
     facts = _portable_facts(tmp_path, "windows-4090-unverified.json",
                             sage_flag_in=("run_sage.bat",), sage_flag_supported=False,
-                            pth_imports_site=False)
+                            pth_imports_site=False,
+                            pth_paths=("../ComfyUI", "python312.zip", ".", "Lib\\site-packages"))
     found = {f.code: f for f in diagnose(facts)}
     assert found["SD224"].severity == "error" and "unrecognized arguments" in found["SD224"].detail
+    # site-packages listed: packages import, only the .pth hook cannot run
     assert found["SD225"].severity == "warn" and "python312._pth" in found["SD225"].detail
+    assert "SD228" not in found
+    assert facts.comfyui is not None
+    unlisted = replace(facts, comfyui=replace(facts.comfyui, pth_paths=(
+        "../ComfyUI", "python312.zip", ".")))
+    found = {f.code: f for f in diagnose(unlisted)}
+    assert found["SD228"].severity == "error" and "SD225" not in found
     assert "embedded Python 3." in found["SD220"].detail
     # the app's own interpreter: no "base interpreter" note; fixes name it by --comfyui
     assert facts.comfyui is not None and "SD134" not in found

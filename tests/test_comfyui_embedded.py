@@ -29,7 +29,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
 SHORT = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def make_embedded(portable: Path, site: bool = True) -> Path:
+def make_embedded(portable: Path, site: bool = True, more: tuple[str, ...] = ()) -> Path:
     """python_embeded/python: this machine's base interpreter behind a link, with a
     python._pth as the embeddable zip's (its stdlib lines point at this machine's stdlib);
     CPython reads `<executable>._pth` beside the executable on every platform (3.11+)."""
@@ -40,7 +40,7 @@ def make_embedded(portable: Path, site: bool = True) -> Path:
     python.symlink_to(Path(getattr(sys, "_base_executable", sys.executable)).resolve())
     stdlib = sysconfig.get_paths()["stdlib"]
     lines = ["../ComfyUI", str(Path(stdlib).with_name(f"python{SHORT.replace('.', '')}.zip")),
-             stdlib, str(sysconfig.get_config_var("DESTSHARED")), ".", "",
+             stdlib, str(sysconfig.get_config_var("DESTSHARED")), ".", *more, "",
              "# Uncomment to run site.main() automatically", "#import site"]
     (folder / "python._pth").write_text("\n".join(lines + (["import site"] if site else []))
                                         + "\n", encoding="utf-8")
@@ -52,10 +52,11 @@ def embedded_site(python: Path) -> Path:
     return python.parent / "lib" / f"python{SHORT}" / "site-packages"
 
 
-def portable(tmp_path: Path, site: bool = True) -> tuple[Path, Path]:
+def portable(tmp_path: Path, site: bool = True, more: tuple[str, ...] = ()
+             ) -> tuple[Path, Path]:
     root = tmp_path / "Comfy ü" / "ComfyUI_windows_portable"
     shutil.copytree(FIXTURES / "portable" / "ComfyUI_windows_portable", root)
-    return root, make_embedded(root, site)
+    return root, make_embedded(root, site, more)
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -156,13 +157,25 @@ def test_install_enable_uninstall_round_trip_leaves_the_embedded_python_as_it_wa
     assert snapshot(root) == before
 
 
-def test_enable_says_why_a_pth_without_import_site_cannot_run_the_hook(tmp_path: Path) -> None:
+def test_a_pth_without_import_site_or_site_packages_stops_the_plan(tmp_path: Path) -> None:
     root, python = portable(tmp_path, site=False)
     env = clean_env(tmp_path)
     assert ask(python, "import json, sys; print(json.dumps({'no_site': sys.flags.no_site}))",
                env) == {"no_site": 1}
     report = json.loads(run_cli(["check", "--json", "--comfyui", str(root)], env).stdout)
-    assert "SD225" in {f["code"] for f in report["findings"]}
+    assert {"SD228"} <= {f["code"] for f in report["findings"] if f["severity"] == "error"}
+    plan = run_cli(["plan", "--comfyui", str(root)], env)
+    assert plan.returncode != 0 and "SD228" in plan.stdout and "No plan" in plan.stdout
+
+
+def test_enable_says_why_a_pth_without_import_site_cannot_run_the_hook(tmp_path: Path) -> None:
+    root, python = portable(tmp_path, site=False, more=(f"lib/python{SHORT}/site-packages",))
+    env = clean_env(tmp_path)
+    assert ask(python, "import json, sys; print(json.dumps({'last': sys.path[-1]}))",
+               env) == {"last": str(embedded_site(python))}  # listed: packages there import
+    report = json.loads(run_cli(["check", "--json", "--comfyui", str(root)], env).stdout)
+    codes = {f["code"] for f in report["findings"]}
+    assert "SD225" in codes and "SD228" not in codes
     done = run_cli(["enable", "--comfyui", str(root)], env)
     assert done.returncode == 3
     pth = python.parent / "python._pth"
