@@ -458,6 +458,11 @@ def check_invokeai(facts: Facts) -> list[Finding]:
     config = (f"invokeai.yaml schema {inv.schema_version or '?'}, attention_type "
               f"{inv.attention_type or 'auto (default)'}" if inv.config_exists
               else "no invokeai.yaml yet")
+    if package is None and inv.marked is False:
+        source = "--root" if inv.root_source == "--root" else inv.root_source
+        return [finding("SD180", "ok", f"no InvokeAI at {inv.root} (from {source})"),
+                finding("SD186", "warn", f"{inv.root} (from {source}) holds no invokeai.yaml, "
+                        "no launcher marker and no invokeai package in a .venv")]
     if package is not None:
         version = f"InvokeAI {package.version}"
     elif facts.target is not None and inv.venv is not None and facts.target.prefix == inv.venv:

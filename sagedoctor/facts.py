@@ -134,6 +134,9 @@ class InvokeAIFacts:
     # every update of InvokeAI >= 6.14 (its uv.lock drives `uv sync --inexact --frozen`).
     first_run_at: str | None = None
     bootstrap_changed_at: str | None = None
+    # The root holds InvokeAI's own marks (invokeai.yaml, a launcher marker, the invokeai
+    # package in .venv); None in reports written before it was probed.
+    marked: bool | None = None
 
 
 @dataclass(frozen=True)

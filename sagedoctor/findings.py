@@ -212,6 +212,11 @@ _KINDS = [
                 "routing it to SageAttention can do nothing there.",
                 "Set `attention_type: auto` (or `torch-sdp`) in invokeai.yaml, or remove the "
                 "line."),
+    FindingKind("SD186", "invokeai", "Not an InvokeAI root",
+                "The folder named by --root or INVOKEAI_ROOT holds none of InvokeAI's marks "
+                "(invokeai.yaml, the launcher's .first_run or .launcher-bootstrap/, the "
+                "invokeai package in its .venv), so nothing there is treated as InvokeAI.",
+                "Pass --root the folder that holds invokeai.yaml (or unset INVOKEAI_ROOT)."),
     FindingKind("SD187", "invokeai", "InvokeAI launcher update not verified",
                 "The launcher's `.first_run` marker says it installed or updated InvokeAI and "
                 "InvokeAI has not started since; no verify came after it. An update can "

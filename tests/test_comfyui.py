@@ -185,6 +185,18 @@ def test_check_of_this_repository_calls_nothing_invokeai(tmp_path: Path) -> None
     assert [f["code"] for f in report["findings"]] == ["SD181"]
 
 
+def test_invokeai_root_pointing_at_a_comfyui_is_said_and_not_its_default_target(
+        tmp_path: Path) -> None:
+    root = clone_copy(tmp_path)
+    make_venv(root / ".venv")
+    env = {**clean_env(tmp_path), "INVOKEAI_ROOT": str(root)}
+    report = json.loads(run_cli(["check", "--json"], env).stdout)
+    found = {f["code"]: f for f in report["findings"]}
+    assert found["SD180"]["detail"] == f"no InvokeAI at {root} (from INVOKEAI_ROOT)"
+    assert found["SD186"]["severity"] == "warn"
+    assert report["facts"]["target"]["prefix"] != str(root / ".venv")
+
+
 def test_comfyui_option_on_a_folder_that_is_no_comfyui_is_an_error(tmp_path: Path) -> None:
     done = run_cli(["plan", "--comfyui", str(tmp_path)], clean_env(tmp_path))
     assert done.returncode == 3

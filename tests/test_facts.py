@@ -25,7 +25,7 @@ def test_round_trip_is_lossless() -> None:
     expected = {**base(), "verification": None, "comfyui": None}
     if expected["invokeai"] is not None:
         expected["invokeai"] = {"first_run_at": None, "bootstrap_changed_at": None,
-                                **expected["invokeai"]}
+                                "marked": None, **expected["invokeai"]}
     assert facts_to_dict(facts) == expected
 
 

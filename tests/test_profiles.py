@@ -60,6 +60,7 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "linux-h200-sageattn-wrong": ({"SD166", "SD167"}, 1),
     "linux-h200-verify-stale": ({"SD166", "SD168"}, 0),
     "windows-4090-unverified": ({"SD169", "SD182"}, 0),
+    "linux-invokeai-root-not-invokeai": ({"SD166", "SD186"}, 0),
     # ComfyUI's portable build started with --use-sage-attention on a sageattn() found wrong.
     "windows-comfyui-portable-sage-flag-wrong": ({"SD131", "SD167", "SD181", "SD222"}, 1),
 }
@@ -70,6 +71,7 @@ ABSENT: dict[str, set[str]] = {
     "windows-rtx5090-torch213-ready": {"SD152", "SD163", "SD164", "SD151"},
     "windows-rtx2080-turing": {"SD112"},  # Turing works on Windows through Triton
     "linux-h100-plus-v100": {"SD111"},
+    "linux-invokeai-root-not-invokeai": {"SD182", "SD183", "SD187"},
     # the app's own embedded Python: no "base interpreter" note, nothing called InvokeAI
     "windows-comfyui-portable-sage-flag-wrong": {"SD134", "SD180", "SD223"},
 }

@@ -171,7 +171,10 @@ def collect_facts(options: ProbeOptions, on_area_done: AreaDone | None = None) -
                                      f"{exc.strerror or exc}"))
         comfy = None
         wanted.discard("comfyui")
-    target_python = choose_target(options, located.venv, comfy)
+    # A root given by --root or INVOKEAI_ROOT without InvokeAI's marks: its .venv is not
+    # InvokeAI's, so it is not the default target (SD186 says why).
+    invokeai_venv = located.venv if located.marked is not False else None
+    target_python = choose_target(options, invokeai_venv, comfy)
 
     jobs: dict[str, Callable[[], Any]] = {
         "system": lambda: probe_system(roots),

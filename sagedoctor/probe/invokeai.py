@@ -107,6 +107,7 @@ def locate_invokeai(choice: RootChoice, os_name: str) -> InvokeAIFacts:
         config_exists=config.exists() or config.is_symlink(),  # a folder or FIFO is said
         first_run_at=first_run,
         bootstrap_changed_at=bootstrap,
+        marked=_looks_like_root(root),
     )
 
 

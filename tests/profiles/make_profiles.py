@@ -294,6 +294,12 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                 "driver_version": "581.57"},
         "target": {"torch": {"version": "2.13.0+cu130", "full_version": "2.13.0+cu130",
                              "cuda": "13.0"}, "triton_windows": "3.7.1.post27"}}),
+    # INVOKEAI_ROOT left pointing at a project folder with a .venv but none of InvokeAI's marks.
+    "linux-invokeai-root-not-invokeai": (LINUX_H200, {"invokeai": {
+        "root": "/home/ana/projects/site", "root_source": "INVOKEAI_ROOT", "installed": True,
+        "venv": "/home/ana/projects/site/.venv",
+        "config_path": "/home/ana/projects/site/invokeai.yaml", "config_exists": False,
+        "marked": False}}),
     # ComfyUI's portable build (facts of `check --comfyui`, tests/fixtures/comfyui/portable): its
     # embedded Python with pip (get-pip.py at release), no include/libs, a copy of
     # run_nvidia_gpu.bat with --use-sage-attention, and a verify that found sageattn() wrong.
