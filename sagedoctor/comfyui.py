@@ -161,14 +161,17 @@ def _pyproject_version(text: str) -> str | None:
 
 
 def code_version(code_dir: Path) -> tuple[str | None, str | None]:
-    """(version, where it was read): comfyui_version.py, else pyproject.toml."""
+    """(version, where it was read): comfyui_version.py, else pyproject.toml; a value with
+    characters no version has (controls, escapes) counts as none."""
     text = read_small(code_dir / "comfyui_version.py")
     version = _literal_version(text) if text is not None else None
-    if version is not None:
+    if version is not None and version.isprintable():
         return version, "comfyui_version.py"
     text = read_small(code_dir / "pyproject.toml")
     version = _pyproject_version(text) if text is not None else None
-    return (version, "pyproject.toml") if version is not None else (None, None)
+    if version is not None and version.isprintable():
+        return version, "pyproject.toml"
+    return None, None
 
 
 def sage_flag_supported(code_dir: Path) -> bool | None:
