@@ -561,7 +561,9 @@ def check_comfyui(facts: Facts, os_name: str) -> list[Finding]:
                                "this Python never reads site-packages' .pth files"))
     where = ", ".join(comfy.sage_flag_in)
     if comfy.sage_flag_in and comfy.sage_flag_supported is False:
-        out.append(finding("SD224", "error", f"{where} passes {SAGE_FLAG}, which ComfyUI "
+        # A warning: no install fixes a launcher, so an error would leave check and plan
+        # disagreeing (check 1, plan empty); the detail says what happens at start.
+        out.append(finding("SD224", "warn", f"{where} passes {SAGE_FLAG}, which ComfyUI "
                            f"{comfy.version or '(this version)'} does not declare: it stops "
                            "at start with 'unrecognized arguments'"))
     if comfy.sage_flag_in and ours:
