@@ -54,15 +54,16 @@ def venv_interpreter(venv: Path, os_name: str) -> Path:
 def pth_file_for(executable: Path) -> Path | None:
     """The ._pth file that governs this interpreter's sys.path, if any.
 
-    CPython reads `<library or executable stem>._pth` beside it (python312._pth next to
-    python312.dll in the embeddable zip; python._pth next to a POSIX `python`)."""
+    CPython tries the library's first, then the executable's: python312._pth beside
+    python312.dll (the embeddable zip's), then python._pth beside python.exe (or a POSIX
+    `python`)."""
     folder = executable.parent
     stem = executable.name[:-4] if executable.name.lower().endswith(".exe") else executable.name
-    candidates = [folder / f"{stem}._pth"]
     try:
-        candidates += sorted(folder.glob("python3*._pth"))
+        candidates = sorted(folder.glob("python3*._pth"))
     except OSError:
         return None
+    candidates.append(folder / f"{stem}._pth")
     return next((c for c in candidates if c.is_file()), None)
 
 

@@ -317,7 +317,9 @@ def test_pth_file_is_the_one_beside_the_interpreter(tmp_path: Path) -> None:
     assert pth_file_for(tmp_path / "python.exe") is None
     (tmp_path / "python312._pth").write_text("import site\n", encoding="utf-8")
     assert pth_file_for(tmp_path / "python.exe") == tmp_path / "python312._pth"
-    (tmp_path / "python._pth").write_text(".\n", encoding="utf-8")
+    (tmp_path / "python._pth").write_text(".\n", encoding="utf-8")  # the DLL's comes first
+    assert pth_file_for(tmp_path / "python.exe") == tmp_path / "python312._pth"
+    (tmp_path / "python312._pth").unlink()
     assert pth_file_for(tmp_path / "python.exe") == tmp_path / "python._pth"
 
 
