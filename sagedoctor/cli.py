@@ -41,8 +41,9 @@ def _safe_streams() -> None:
 def _target_options(parser: argparse.ArgumentParser, comfyui: bool = True) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--venv", type=Path, metavar="DIR",
-                       help="the target virtual environment (default: InvokeAI's, else the "
-                            "active one, else this interpreter)")
+                       help="the target virtual environment (default: the app found, "
+                            "InvokeAI's or ComfyUI's, else the active one, else this "
+                            "interpreter)")
     group.add_argument("--python", type=Path, metavar="EXE", help="the target interpreter")
     parser.add_argument("--root", type=Path, metavar="DIR", help="the InvokeAI root folder")
     if comfyui:

@@ -459,7 +459,7 @@ def check_invokeai(facts: Facts) -> list[Finding]:
               f"{inv.attention_type or 'auto (default)'}" if inv.config_exists
               else "no invokeai.yaml yet")
     if package is None and inv.marked is False:
-        source = "--root" if inv.root_source == "--root" else inv.root_source
+        source = inv.root_source
         return [finding("SD180", "ok", f"no InvokeAI at {inv.root} (from {source})"),
                 finding("SD186", "warn", f"{inv.root} (from {source}) holds no invokeai.yaml, "
                         "no launcher marker and no invokeai package in a .venv")]
