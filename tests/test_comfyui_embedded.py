@@ -25,6 +25,10 @@ from tests.standins import add_sageattention, borrow_host_site, clean_env, run_c
 from tests.test_install_kit import sage_wheel, serving
 from tests.test_install_steps import wheel_step
 
+# getpath reads a ._pth beside a POSIX interpreter from Python 3.11 on (Windows only before).
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 11) or sys.platform == "win32",
+                                reason="an embedded-style POSIX Python needs 3.11's getpath")
+
 FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
 SHORT = f"{sys.version_info.major}.{sys.version_info.minor}"
 
