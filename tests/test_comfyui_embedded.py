@@ -218,3 +218,14 @@ def test_launch_flag_writes_a_copy_of_the_launcher_and_disable_removes_it(
     run_cli(["enable", "--comfyui", str(root), "--launch-flag"], env)
     done = run_cli(["disable", "--comfyui", str(root)], env)
     assert done.returncode == 0 and f"Removed {copy}" in done.stdout and not copy.exists()
+
+
+def test_the_embedded_python_given_by_python_is_known_as_comfyuis(tmp_path: Path) -> None:
+    root, python = portable(tmp_path)
+    report = json.loads(run_cli(["check", "--json", "--python", str(python)],
+                                clean_env(tmp_path)).stdout)
+    comfy = report["facts"]["comfyui"]
+    assert (comfy["layout"], comfy["source"], comfy["root"]) == ("portable", "--python", str(root))
+    found = {f["code"]: f for f in report["findings"]}
+    assert "SD134" not in found and "SD227" not in found  # the app's Python, the one inspected
+    assert found["SD161"]["fix"] == f"sagedoctor install --comfyui {shlex.quote(str(root))}"
