@@ -346,3 +346,21 @@ def test_desktop_found_alone_is_the_default_target_and_invokeai_found_too_stays_
     found = {f["code"]: f for f in both["findings"]}
     assert found["SD227"]["fix"] == f"sagedoctor check --comfyui {shlex.quote(str(base))}"
     assert "SD222" not in found  # the flag is read against ComfyUI's own Python only
+
+
+def test_enable_says_which_switch_is_on_and_that_the_flag_wins_over_the_hook(
+        tmp_path: Path) -> None:
+    from sagedoctor.comfyui import comfyui_ways
+
+    _base, env = desktop_copy(tmp_path)
+    desktop = find_comfyui(None, None, env, tmp_path, "windows")
+    assert desktop is not None
+    text = comfyui_ways(desktop, hook_on=True, table="  (table)\n")
+    assert "the start-up hook (on)" in text
+    assert "--use-sage-attention (on in comfy.settings.json)" in text
+    assert "Both are on: the flag wins" in text and text.endswith("  (table)\n")
+    clone = locate_comfyui(clone_copy(tmp_path), "--comfyui", "linux", {})
+    assert clone is not None
+    text = comfyui_ways(clone, hook_on=False, table="")
+    assert "the start-up hook (off)" in text and "a clone is started by hand" in text
+    assert "Both are on" not in text
