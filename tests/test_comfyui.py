@@ -201,6 +201,8 @@ def test_comfyui_option_on_a_folder_that_is_no_comfyui_is_an_error(tmp_path: Pat
     done = run_cli(["plan", "--comfyui", str(tmp_path)], clean_env(tmp_path))
     assert done.returncode == 3
     assert "is not a ComfyUI install" in done.stderr and "fix:" in done.stderr
+    gone = run_cli(["check", "--comfyui", str(tmp_path / "nowhere")], clean_env(tmp_path))
+    assert gone.returncode == 3 and "nowhere does not exist" in gone.stderr
 
 
 # --- the flag against verify's record ------------------------------------------------------

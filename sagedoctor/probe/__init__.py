@@ -76,6 +76,9 @@ def find_comfyui_for(options: ProbeOptions, os_name: str) -> ComfyUIFacts | None
     found = locate_comfyui(options.comfyui, "--comfyui", os_name, os.environ, options.python)
     fix = ("pass the ComfyUI_windows_portable folder, ComfyUI Desktop's base path (the folder "
            "holding its .venv and models) or the git clone (the folder holding main.py)")
+    if found is None and not options.comfyui.is_dir():
+        what = "does not exist" if not options.comfyui.exists() else "is not a folder"
+        raise TargetError(f"--comfyui {options.comfyui} {what}", fix)
     if found is None:
         raise TargetError(f"--comfyui {options.comfyui} is not a ComfyUI install (no "
                           "python_embeded, no main.py with comfy/, no Desktop .venv)", fix)
