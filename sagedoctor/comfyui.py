@@ -102,6 +102,32 @@ def bat_sets_sage_flag(text: str) -> bool:
     return False
 
 
+def sh_sets_sage_flag(text: str) -> bool:
+    """A shell script passes --use-sage-attention on a line that is no comment."""
+    return any(SAGE_FLAG in line.split() for line in text.splitlines()
+               if not line.strip().startswith("#"))
+
+
+def _launchers(folder: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the .bat and .sh files in folder, those passing --use-sage-attention)."""
+    try:
+        scripts = sorted(p for p in folder.iterdir()
+                         if p.suffix.lower() in (".bat", ".sh") and p.is_file())
+    except OSError:
+        return (), ()
+    names: list[str] = []
+    flagged: list[str] = []
+    for script in scripts[:50]:
+        text = read_small(script)
+        if text is None:
+            continue
+        names.append(script.name)
+        sets = sh_sets_sage_flag if script.suffix.lower() == ".sh" else bat_sets_sage_flag
+        if sets(text):
+            flagged.append(script.name)
+    return tuple(names), tuple(flagged)
+
+
 def desktop_sets_sage_flag(text: str) -> bool | None:
     """Desktop's comfy.settings.json: `Comfy.Server.LaunchArgs` holds `use-sage-attention`.
     None where the file is not the settings object it should be."""
@@ -240,19 +266,7 @@ def _portable(root: Path, source: str, os_name: str) -> ComfyUIFacts:
     code = root / "ComfyUI"
     pth = pth_file_for(python)
     pth_text = read_small(pth) if pth is not None else None
-    launchers: list[str] = []
-    flagged: list[str] = []
-    try:
-        bats = sorted(root.glob("*.bat"))
-    except OSError:
-        bats = []
-    for bat in bats:
-        text = read_small(bat)
-        if text is None:
-            continue
-        launchers.append(bat.name)
-        if bat_sets_sage_flag(text):
-            flagged.append(bat.name)
+    launchers, flagged = _launchers(root)
     version, where = code_version(code) if code.is_dir() else (None, None)
     problem = None
     if not python.is_file():
@@ -264,7 +278,7 @@ def _portable(root: Path, source: str, os_name: str) -> ComfyUIFacts:
         python=str(python) if python.is_file() else None,
         code_dir=str(code) if code.is_dir() else None, version=version, version_source=where,
         sage_flag_supported=sage_flag_supported(code) if code.is_dir() else None,
-        sage_flag_in=tuple(flagged), launchers=tuple(launchers),
+        sage_flag_in=flagged, launchers=launchers,
         pth_file=str(pth) if pth is not None else None,
         pth_imports_site=pth_imports_site(pth_text) if pth_text is not None else None,
         pth_paths=pth_paths(pth_text) if pth_text is not None else (), problem=problem)
@@ -278,13 +292,14 @@ def _clone(root: Path, source: str, os_name: str, python: Path | None) -> ComfyU
         python = found[0] if found else None
     version, where = code_version(root)
     problem = None if python is not None else (
-        f"no venv in {root} (looked for venv{'' if os_name == 'windows' else '/bin/python'} "
-        "and .venv): pass the Python that starts ComfyUI with --python EXE")
+        f"no venv in {root} (looked for venv and .venv): pass the Python that starts ComfyUI "
+        "with --python EXE")
+    launchers, flagged = _launchers(root)  # a start script of the user's own, if any
     return ComfyUIFacts(
         layout="clone", root=str(root), source=source,
         python=str(python) if python is not None else None, code_dir=str(root),
         version=version, version_source=where, sage_flag_supported=sage_flag_supported(root),
-        problem=problem)
+        sage_flag_in=flagged, launchers=launchers, problem=problem)
 
 
 def _desktop(base: Path, source: str, os_name: str, env: Mapping[str, str]) -> ComfyUIFacts:
@@ -381,7 +396,7 @@ def sageattn_table(results: Mapping[str, object]) -> str:
 def comfyui_ways(comfy: ComfyUIFacts, hook_on: bool, table: str) -> str:
     """Which switch this ComfyUI has on, and what each costs, with verify's table."""
     flag_state = (f"on in {', '.join(comfy.sage_flag_in)}" if comfy.sage_flag_in
-                  else "not seen in its launchers" if comfy.layout != "clone"
+                  else "not seen in its launchers" if comfy.layout != "clone" or comfy.launchers
                   else "not visible (a clone is started by hand)")
     lines = [
         "ComfyUI has two ways to use SageAttention; use one:",

@@ -126,6 +126,18 @@ def test_clone_with_a_venv_reads_its_version_from_pyproject(tmp_path: Path) -> N
         found, source="--venv")
 
 
+def test_a_clones_own_start_script_with_the_flag_is_seen(tmp_path: Path) -> None:
+    root = clone_copy(tmp_path)
+    (root / "run.sh").write_text("#!/bin/sh\n# python main.py --use-sage-attention\n"
+                                 "exec venv/bin/python main.py --listen\n", encoding="utf-8")
+    found = locate_comfyui(root, "--comfyui", "linux", {})
+    assert found is not None and (found.launchers, found.sage_flag_in) == (("run.sh",), ())
+    (root / "run.sh").write_text("exec venv/bin/python main.py --use-sage-attention\n",
+                                 encoding="utf-8")
+    found = locate_comfyui(root, "--comfyui", "linux", {})
+    assert found is not None and found.sage_flag_in == ("run.sh",)
+
+
 def test_an_older_comfyui_without_the_flag_is_said(tmp_path: Path) -> None:
     root = clone_copy(tmp_path)
     args = root / "comfy" / "cli_args.py"
