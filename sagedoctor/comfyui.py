@@ -35,6 +35,18 @@ def read_small(path: Path) -> str | None:
         return None
 
 
+def read_bytes_as_text(path: Path) -> str | None:
+    """A small file's bytes as latin-1 text: every byte kept, so a launcher in the user's
+    code page (cp1252, cp932) is written back byte for byte around what is added."""
+    try:
+        if not path.is_file():
+            return None
+        with path.open("rb") as handle:
+            return handle.read(MAX_READ_BYTES).decode("latin-1")
+    except OSError:
+        return None
+
+
 def interpreter_in(folder: Path, os_name: str) -> Path:
     """The python executable of an embedded folder (python.exe on Windows)."""
     if os_name == "windows":

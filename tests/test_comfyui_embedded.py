@@ -194,13 +194,15 @@ def test_launch_flag_writes_a_copy_of_the_launcher_and_disable_removes_it(
     root, python = portable(tmp_path)
     add_sageattention(embedded_site(python), "2.2.0", ("_fused",))
     env = clean_env(tmp_path)
+    stock_text = (root / "run_nvidia_gpu.bat").read_bytes().replace(b"\n", b"\r\n")
+    (root / "run_nvidia_gpu.bat").write_bytes(b"rem Ana's caf\xe9 (cp1252)\r\n" + stock_text)
     stock = (root / "run_nvidia_gpu.bat").read_bytes()
     done = run_cli(["enable", "--comfyui", str(root), "--launch-flag"], env)
     assert done.returncode == 0, done.stderr
     copy = root / "run_nvidia_gpu_sageattention.bat"
-    assert copy.read_text(encoding="utf-8").splitlines()[0] == (
-        ".\\python_embeded\\python.exe -s ComfyUI\\main.py --windows-standalone-build "
-        "--enable-manager --use-sage-attention")
+    # byte for byte the stock launcher (its code page, its CRLF), plus the flag on one line
+    assert copy.read_bytes() == stock.replace(b"--enable-manager\r\n",
+                                              b"--enable-manager --use-sage-attention\r\n")
     assert (root / "run_nvidia_gpu.bat").read_bytes() == stock
     assert "verify's record: none" in done.stdout
     assert "No verify has checked sageattn() in this Python" in done.stdout
@@ -209,7 +211,7 @@ def test_launch_flag_writes_a_copy_of_the_launcher_and_disable_removes_it(
     report = json.loads(run_cli(["check", "--json", "--comfyui", str(root)], env).stdout)
     assert report["facts"]["comfyui"]["sage_flag_in"] == ["run_nvidia_gpu_sageattention.bat"]
 
-    copy.write_text(copy.read_text(encoding="utf-8") + "rem mine\n", encoding="utf-8")
+    copy.write_bytes(copy.read_bytes() + b"rem mine\r\n")
     again = run_cli(["enable", "--comfyui", str(root), "--launch-flag"], env)
     assert again.returncode == 3 and "is not what sagedoctor would write" in again.stderr
     kept = run_cli(["disable", "--comfyui", str(root)], env)

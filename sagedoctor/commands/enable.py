@@ -18,6 +18,7 @@ from ..comfyui import (
     comfyui_ways,
     pth_file_for,
     pth_imports_site,
+    read_bytes_as_text,
     read_small,
     sageattn_table,
     with_sage_flag,
@@ -161,7 +162,7 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
                      f"{_how_to_set_flag(comfyui)}\n")
         return 0
     source = Path(comfyui.root) / "run_nvidia_gpu.bat"
-    text = read_small(source)
+    text = read_bytes_as_text(source)
     if text is None:
         raise EnableError(f"{source} is missing or unreadable",
                           f"add {SAGE_FLAG} to the line of your launcher that runs main.py")
@@ -170,11 +171,11 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
         raise EnableError(f"{source} has no line running ComfyUI/main.py to add {SAGE_FLAG} to",
                           f"add {SAGE_FLAG} by hand to the line that starts ComfyUI")
     dest = Path(comfyui.root) / FLAG_LAUNCHER
-    if dest.exists() and read_small(dest) != flagged:
+    if dest.exists() and read_bytes_as_text(dest) != flagged:
         raise EnableError(f"{dest} exists and is not what sagedoctor would write",
                           "move it away (or keep it: it is yours), then run this again")
     tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_bytes(flagged.encode("utf-8"))
+    tmp.write_bytes(flagged.encode("latin-1"))
     tmp.replace(dest)
     stream.write(f"Wrote {dest}: run_nvidia_gpu.bat with {SAGE_FLAG}. Start ComfyUI with it "
                  "to use ComfyUI's own switch; run_nvidia_gpu.bat is unchanged.\n")
@@ -201,8 +202,8 @@ def run_disable(target: TargetFacts, out: TextIO | None = None, *,
     stream = out or sys.stdout
     if comfyui is not None and comfyui.layout == "portable":
         launcher = Path(comfyui.root) / FLAG_LAUNCHER
-        source = read_small(Path(comfyui.root) / "run_nvidia_gpu.bat")
-        if source is not None and read_small(launcher) == with_sage_flag(source):
+        source = read_bytes_as_text(Path(comfyui.root) / "run_nvidia_gpu.bat")
+        if source is not None and read_bytes_as_text(launcher) == with_sage_flag(source):
             launcher.unlink()  # only the copy enable wrote; one the user edited stays
             stream.write(f"Removed {launcher}\n")
     path = hook_path(target)
