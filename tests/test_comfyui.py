@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -378,3 +380,13 @@ def test_enable_says_which_switch_is_on_and_that_the_flag_wins_over_the_hook(
     text = comfyui_ways(clone, hook_on=False, table="")
     assert "the start-up hook (off)" in text and "a clone is started by hand" in text
     assert "Both are on" not in text
+
+
+def test_the_check_shown_in_the_docs_is_what_check_prints(tmp_path: Path) -> None:
+    profile = "tests/profiles/windows-comfyui-portable-sage-flag-wrong.json"  # as the page says
+    done = subprocess.run([sys.executable, "-m", "sagedoctor", "check", "--facts", profile],
+                          env={**clean_env(tmp_path), "NO_COLOR": "1"}, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    page = (REPO / "docs" / "comfyui.md").read_text(encoding="utf-8")
+    assert f"```text\n{done.stdout.rstrip()}\n```" in page, "update the capture in comfyui.md"
