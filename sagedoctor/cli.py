@@ -16,7 +16,7 @@ from .errors import SagedoctorError, TargetError
 
 if TYPE_CHECKING:
     from .commands.plan import PlanOptions
-    from .facts import TargetFacts
+    from .facts import Facts, TargetFacts
 
 EXIT_TOOL_FAILED = exit_codes.TOOL_FAILED
 EXIT_USAGE = exit_codes.USAGE
@@ -71,13 +71,18 @@ def _folder(text: str) -> Path:
     return Path(text)
 
 
-def _target_options(parser: argparse.ArgumentParser) -> None:
+def _target_options(parser: argparse.ArgumentParser, comfyui: bool = True) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--venv", type=_folder, metavar="DIR",
-                       help="the target virtual environment (default: InvokeAI's, else the "
-                            "active one, else this interpreter)")
+                       help="the target virtual environment (default: the app found, "
+                            "InvokeAI's or ComfyUI's, else the active one, else this "
+                            "interpreter)")
     group.add_argument("--python", type=_folder, metavar="EXE", help="the target interpreter")
     parser.add_argument("--root", type=_folder, metavar="DIR", help="the InvokeAI root folder")
+    if comfyui:
+        parser.add_argument("--comfyui", type=_folder, metavar="DIR",
+                            help="target this ComfyUI's Python: the ComfyUI_windows_portable "
+                                 "folder, ComfyUI Desktop's base path or a git clone")
 
 
 def _route_options(p: argparse.ArgumentParser) -> None:
@@ -164,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "once more. Exit codes: 0 verified, 1 routing off (not repairable here, or "
                     "the repair not confirmed) or the target cannot be inspected, 3 sagedoctor "
                     "or the repair failed, 64 a usage error.")
-    _target_options(post)
+    _target_options(post, comfyui=False)
     _route_options(post)
     post.add_argument("--yes", action="store_true", help="carry out the repair without asking")
     _fetch_options(post)
@@ -174,10 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
                        ("disable", "remove the start-up hook again")):
         toggle = sub.add_parser(name, help=text, description=text)
         _target_options(toggle)
+        if name == "enable":
+            toggle.add_argument("--launch-flag", action="store_true",
+                                help="ComfyUI portable: write run_nvidia_gpu_sageattention.bat, "
+                                     "a copy of run_nvidia_gpu.bat with --use-sage-attention, "
+                                     "instead of the start-up hook")
         toggle.add_argument("-v", "--verbose", action="store_true")
     tui = sub.add_parser("tui", help="the interactive app: check, plan, install, verify "
                                      "(also what `sagedoctor` alone opens on a terminal)")
-    _target_options(tui)
+    _target_options(tui, comfyui=False)
     tui.add_argument("--facts", type=Path, metavar="FILE",
                      help="check and plan a saved `check --json` file (a preview: nothing is "
                           "installed)")
@@ -219,21 +229,29 @@ def _plan_options(args: argparse.Namespace) -> PlanOptions:
     from .commands.plan import PlanOptions
 
     return PlanOptions(venv=args.venv, python=args.python, root=args.root,
+                       comfyui=args.comfyui,
                        facts_file=args.facts, index_file=args.index, source_dir=args.source,
                        use_linux_indexes=not args.no_wheel_index, as_json=args.json)
 
 
 def _inspect_target(args: argparse.Namespace) -> TargetFacts:
+    target = _inspect(args, ("python",)).target
+    assert target is not None  # _inspect raised otherwise
+    return target
+
+
+def _inspect(args: argparse.Namespace, areas: tuple[str, ...]) -> Facts:
+    """Facts of the target (never None in what is returned) for the given areas."""
     from .probe import ProbeOptions, collect_facts
 
     facts = collect_facts(ProbeOptions(venv=args.venv, python=args.python, root=args.root,
-                                       areas=("python",)))
+                                       comfyui=getattr(args, "comfyui", None), areas=areas))
     if facts.target is None:
         failure = facts.failure_for("target")
         raise TargetError("the target interpreter could not be inspected"
                           + (f": {failure.message}" if failure else ""),
                           "pass --venv DIR or --python EXE")
-    return facts.target
+    return facts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -266,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     venv=args.venv,
                     python=args.python,
                     root=args.root,
+                    comfyui=args.comfyui,
                     facts_file=args.facts,
                     as_json=args.json,
                     verbose=args.verbose,
@@ -307,16 +326,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_uninstall(_inspect_target(args), yes=args.yes, dry_run=args.dry_run,
                                  everything=args.all)
-        if args.command in ("verify", "enable", "disable"):
+        if args.command == "enable":
+            from .commands.enable import run_enable
+
+            facts = _inspect(args, ("python", "comfyui"))
+            assert facts.target is not None
+            return run_enable(facts.target, comfyui=facts.comfyui, launch_flag=args.launch_flag,
+                              verification=facts.verification)
+        if args.command == "disable":
+            from .commands.enable import run_disable
+
+            facts = _inspect(args, ("python", "comfyui"))
+            assert facts.target is not None
+            return run_disable(facts.target, comfyui=facts.comfyui)
+        if args.command == "verify":
             target = _inspect_target(args)
-            if args.command == "enable":
-                from .commands.enable import run_enable
-
-                return run_enable(target)
-            if args.command == "disable":
-                from .commands.enable import run_disable
-
-                return run_disable(target)
             from .commands.install import run_verify
 
             return run_verify(Path(target.executable), Path(target.prefix), args.quick,

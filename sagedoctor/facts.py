@@ -139,6 +139,30 @@ class InvokeAIFacts:
     # every update of InvokeAI >= 6.14 (its uv.lock drives `uv sync --inexact --frozen`).
     first_run_at: str | None = None
     bootstrap_changed_at: str | None = None
+    # The root holds InvokeAI's own marks (invokeai.yaml, a launcher marker, the invokeai
+    # package in .venv); None in reports written before it was probed.
+    marked: bool | None = None
+
+
+@dataclass(frozen=True)
+class ComfyUIFacts:
+    """A ComfyUI install: which of its three layouts, the Python it runs, its launch flag."""
+
+    layout: str  # "portable" (python_embeded) | "desktop" (the app's .venv) | "clone" (+ venv)
+    root: str  # the install's folder: ComfyUI_windows_portable, Desktop's base path, the clone
+    source: str  # how it was found: "--comfyui" | "--venv" | "--python" | "desktop-config"
+    python: str | None  # the interpreter ComfyUI runs; None where none was found
+    code_dir: str | None = None  # the folder holding main.py (Desktop: inside the app)
+    version: str | None = None
+    version_source: str | None = None  # "comfyui_version.py" | "pyproject.toml"
+    sage_flag_supported: bool | None = None  # comfy/cli_args.py declares --use-sage-attention
+    # Where --use-sage-attention is switched on: a portable .bat file, Desktop's settings.
+    sage_flag_in: tuple[str, ...] = ()
+    launchers: tuple[str, ...] = ()  # the portable build's run_*.bat files
+    pth_file: str | None = None  # an embedded Python's ._pth (it replaces sys.path)
+    pth_imports_site: bool | None = None  # the ._pth has an `import site` line
+    pth_paths: tuple[str, ...] = ()  # its path lines as written (relative to its folder)
+    problem: str | None = None  # what is missing from the layout, said as found
 
 
 @dataclass(frozen=True)
@@ -188,6 +212,7 @@ class Facts:
     # Areas this run looked at; a check of one area leaves the others None on purpose.
     areas: tuple[str, ...] = field(default_factory=tuple)
     verification: VerificationFacts | None = None
+    comfyui: ComfyUIFacts | None = None  # absent from reports written before it was probed
 
     def failure_for(self, area: str) -> ProbeFailure | None:
         return next((f for f in self.probe_failures if f.area == area), None)

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 SEVERITIES = ("ok", "info", "warn", "error")
 # The one finding per area that carries its summary line.
-SUMMARY_CODES = frozenset({"SD100", "SD110", "SD130", "SD140", "SD150", "SD160", "SD170", "SD180"})
+SUMMARY_CODES = frozenset({"SD100", "SD110", "SD130", "SD140", "SD150", "SD160", "SD170", "SD180",
+                           "SD220"})
 # Found by the install's preflight (what the commit phase would meet), not by `check`.
 PREFLIGHT_CODES = frozenset({"SD195", "SD196", "SD198"})
 
@@ -246,6 +247,11 @@ _KINDS = [
                 "routing it to SageAttention can do nothing there.",
                 "Set `attention_type: auto` (or `torch-sdp`) in invokeai.yaml, or remove the "
                 "line."),
+    FindingKind("SD186", "invokeai", "Not an InvokeAI root",
+                "The folder named by --root or INVOKEAI_ROOT holds none of InvokeAI's marks "
+                "(invokeai.yaml, the launcher's .first_run or .launcher-bootstrap/, the "
+                "invokeai package in its .venv), so nothing there is treated as InvokeAI.",
+                "Pass --root the folder that holds invokeai.yaml (or unset INVOKEAI_ROOT)."),
     FindingKind("SD187", "invokeai", "InvokeAI launcher update not verified",
                 "The launcher's `.first_run` marker says it installed or updated InvokeAI and "
                 "InvokeAI has not started since; no verify came after it. An update can "
@@ -257,6 +263,53 @@ _KINDS = [
                 "with `uv sync --inexact --frozen`) after the last verify: torch may have been "
                 "replaced.",
                 "`sagedoctor post-update --venv VENV`."),
+    FindingKind("SD220", "comfyui", "ComfyUI",
+                "The ComfyUI install: its layout, version, the Python it runs and whether it "
+                "has the --use-sage-attention flag.", ""),
+    FindingKind("SD221", "comfyui", "ComfyUI not found",
+                "No ComfyUI was found (--comfyui DIR, the folder of the target's venv or "
+                "python_embeded, ComfyUI Desktop's config.json). That is fine for InvokeAI or "
+                "scripts.",
+                "Pass --comfyui DIR: the ComfyUI_windows_portable folder, Desktop's base path "
+                "or the git clone."),
+    FindingKind("SD222", "comfyui", "ComfyUI runs a sageattn() that verify found wrong",
+                "ComfyUI is started with --use-sage-attention (a portable .bat file or "
+                "Desktop's launch settings), so it calls `sageattn()` for every attention, and "
+                "`sagedoctor verify` found `sageattn()` giving wrong output on this GPU: "
+                "garbage images, no error.",
+                "`sagedoctor install --comfyui DIR` replaces the build; until then start "
+                "ComfyUI without the flag."),
+    FindingKind("SD223", "comfyui", "--use-sage-attention makes ComfyUI slower here",
+                "ComfyUI is started with --use-sage-attention, but verify found no "
+                "SageAttention kernel faster than SDPA on this GPU at the shapes it measured: "
+                "the flag routes every call anyway.",
+                "Remove the flag; `sagedoctor enable --comfyui DIR` routes only where verify "
+                "proved a gain."),
+    FindingKind("SD224", "comfyui", "ComfyUI too old for --use-sage-attention",
+                "A launcher passes --use-sage-attention, but this ComfyUI's comfy/cli_args.py "
+                "does not declare it, so ComfyUI stops at start ('unrecognized arguments').",
+                "Update ComfyUI (update/update_comfyui.bat), or remove the flag."),
+    FindingKind("SD225", "comfyui", "Embedded Python does not import site",
+                "The portable build's python3XX._pth governs sys.path; without an `import "
+                "site` line Python never runs the .pth files in site-packages, so the "
+                "start-up hook (`sagedoctor enable`) cannot run there.",
+                "Add a line `import site` to the ._pth file (the portable build ships it), "
+                "or start ComfyUI with --use-sage-attention instead."),
+    FindingKind("SD228", "comfyui", "Embedded Python cannot import its site-packages",
+                "The ._pth file neither has an `import site` line nor lists site-packages, so "
+                "nothing installed there (SageAttention, triton, the runtime) can be "
+                "imported: an install could not work.",
+                "Add the line `import site` to the ._pth file (the portable build ships it), "
+                "then run sagedoctor again."),
+    FindingKind("SD226", "comfyui", "ComfyUI install incomplete",
+                "The ComfyUI layout was found, but a part sagedoctor needs is missing (its "
+                "Python, the ._pth file, a venv).",
+                "Repair the install, or pass the interpreter that starts ComfyUI with "
+                "--python EXE."),
+    FindingKind("SD227", "comfyui", "ComfyUI found, another Python inspected",
+                "A ComfyUI install was found, but the target of this run is another "
+                "interpreter (InvokeAI's, --venv or --python).",
+                "`sagedoctor check --comfyui DIR` inspects ComfyUI's own Python."),
     FindingKind("SD201", "sageattention", "No SageAttention wheel for this combination",
                 "No Windows wheel in the index serves this torch, CUDA major and Python. "
                 "There are none for torch < 2.5, CUDA 11 or CPU torch; post5 and post6 need "

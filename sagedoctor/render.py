@@ -17,7 +17,7 @@ REPORT_SCHEMA_VERSION = 1
 AREA_TITLES = {
     "system": "System", "gpu": "GPU", "python": "Python", "torch": "PyTorch",
     "triton": "Triton", "sageattention": "SageAttention", "toolchain": "Build toolchain",
-    "invokeai": "InvokeAI",
+    "invokeai": "InvokeAI", "comfyui": "ComfyUI",
 }
 _RANK = {"ok": 0, "info": 1, "warn": 2, "error": 3}
 _UNICODE_MARKS = {"ok": "✓", "info": "•", "warn": "!", "error": "✗", "unknown": "?"}

@@ -41,7 +41,7 @@ RUNTIME_DIST = "sagedoctor-runtime"
 # start).
 _BLOCKING_CODES = frozenset({
     "SD101", "SD111", "SD112", "SD113", "SD114", "SD116", "SD120", "SD131", "SD132", "SD133",
-    "SD141", "SD142", "SD143", "SD144", "SD145", "SD183", "SD184", "SD190", "SD197",
+    "SD141", "SD142", "SD143", "SD144", "SD145", "SD183", "SD184", "SD190", "SD197", "SD228",
 })
 
 

@@ -21,14 +21,14 @@ def base() -> dict:
 def test_round_trip_is_lossless() -> None:
     facts = load_facts_file(PROFILE)
     assert facts_to_dict(facts_from_dict(facts_to_dict(facts))) == facts_to_dict(facts)
-    # A report of before the verify record (and the launcher markers) loads with none.
-    expected = {**base(), "verification": None}
+    # A report of before the verify record (the launcher markers, ComfyUI) loads with none.
+    expected = {**base(), "verification": None, "comfyui": None}
     # ... and a version-1 report without torch's triton pin and C++ standard (version 2).
     expected["target"]["torch"] = {**expected["target"]["torch"], "triton_pin": None,
                                    "cxx_standard": None}
     if expected["invokeai"] is not None:
         expected["invokeai"] = {"first_run_at": None, "bootstrap_changed_at": None,
-                                **expected["invokeai"]}
+                                "marked": None, **expected["invokeai"]}
     assert facts_to_dict(facts) == expected
 
 

@@ -74,6 +74,9 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "windows-4090-post5-nan-wheel": ({"SD192"}, 1),
     "windows-invokeai-backend-not-set": ({"SD193"}, 1),
     "windows-invokeai-root-not-a-root": ({"SD197"}, 1),
+    "linux-invokeai-root-not-invokeai": ({"SD166", "SD186", "SD191"}, 1),
+    # ComfyUI's portable build started with --use-sage-attention on a sageattn() found wrong.
+    "windows-comfyui-portable-sage-flag-wrong": ({"SD131", "SD167", "SD181", "SD222"}, 1),
 }
 
 # Codes a profile must NOT show, where the absence is the point.
@@ -86,6 +89,9 @@ ABSENT: dict[str, set[str]] = {
     "windows-rtx2080-turing-torch25": {"SD152", "SD146"},
     "linux-h100-plus-v100": {"SD111"},
     "windows-4090-post5-nan-wheel": {"SD191", "SD163"},
+    "linux-invokeai-root-not-invokeai": {"SD182", "SD183", "SD187"},
+    # the app's own embedded Python: no "base interpreter" note, nothing called InvokeAI
+    "windows-comfyui-portable-sage-flag-wrong": {"SD134", "SD180", "SD223"},
 }
 
 

@@ -21,6 +21,7 @@ class CheckOptions:
     venv: Path | None = None
     python: Path | None = None
     root: Path | None = None
+    comfyui: Path | None = None
     facts_file: Path | None = None
     as_json: bool = False
     verbose: bool = False
@@ -34,7 +35,7 @@ def run_check(options: CheckOptions, out: TextIO | None = None) -> int:
     else:
         facts = collect_facts(
             ProbeOptions(venv=options.venv, python=options.python, root=options.root,
-                         areas=options.areas)
+                         comfyui=options.comfyui, areas=options.areas)
         )
         source = "this machine"
     if set(options.areas) >= set(AREAS):

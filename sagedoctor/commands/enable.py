@@ -1,16 +1,31 @@
 """`sagedoctor enable` / `disable`: the venv-wide start-up hook for apps with no attention
-setting of their own (InvokeAI without `attention_backend`, plain scripts)."""
+setting of their own (InvokeAI without `attention_backend`, plain scripts), and for ComfyUI
+the choice between that hook and its own `--use-sage-attention` flag."""
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
 from .. import exit_codes
+from ..comfyui import (
+    DESKTOP_LAUNCH_ARGS,
+    DESKTOP_SETTINGS,
+    FLAG_LAUNCHER,
+    SAGE_FLAG,
+    comfyui_ways,
+    pth_file_for,
+    pth_imports_site,
+    read_bytes_as_text,
+    read_small,
+    sageattn_table,
+    with_sage_flag,
+)
 from ..errors import SagedoctorError
-from ..facts import TargetFacts
+from ..facts import ComfyUIFacts, TargetFacts, VerificationFacts
 from ..state import HOOK_FILE as HOOK_FILE  # re-exported: where enable writes it
 
 # The .pth line defines a finder inline instead of importing the runtime: an import from
@@ -48,35 +63,153 @@ def hook_path(target: TargetFacts) -> Path:
     return Path(target.site_packages) / HOOK_FILE
 
 
-def run_enable(target: TargetFacts, out: TextIO | None = None) -> int:
+def run_enable(target: TargetFacts, out: TextIO | None = None, *,
+               comfyui: ComfyUIFacts | None = None, launch_flag: bool = False,
+               verification: VerificationFacts | None = None) -> int:
     stream = out or sys.stdout
+    if launch_flag:
+        return _enable_launch_flag(target, comfyui, verification, stream)
+    _refuse_where_site_never_runs(target, comfyui)  # first: it is why nothing else is seen
     venv = target.prefix
     if target.runtime is None:
         raise EnableError(f"the runtime is not installed in {venv}",
-                          f"run `sagedoctor install --venv {venv}` first")
+                          f"run `sagedoctor install {_target_arg(target, comfyui)}` first")
     verified = Path(target.prefix) / "sagedoctor" / "verified.json"
     try:
         data = json.loads(verified.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise EnableError(f"{venv} has no passing verification",
-                          f"run `sagedoctor verify --venv {venv}`; enable needs a kernel that "
-                          "was proven correct and faster") from None
+                          f"run `sagedoctor verify {_target_arg(target, comfyui)}`; enable "
+                          "needs a kernel that was proven correct and faster") from None
     if not isinstance(data, dict) or data.get("verdict") != "routing":
         raise EnableError(f"{verified} does not record a passing verification",
-                          f"run `sagedoctor verify --venv {venv}`")
+                          f"run `sagedoctor verify {_target_arg(target, comfyui)}`")
     path = hook_path(target)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(HOOK_LINE, encoding="utf-8")
     tmp.replace(path)
+    who = "ComfyUI's Python" if comfyui is not None else "Every Python of this venv"
     stream.write(f"Enabled: {path}\n"
-                 "Every Python of this venv now routes attention through SageAttention where "
+                 f"{who} now routes attention through SageAttention where "
                  "it was verified faster, while torch, triton and SageAttention stay as "
                  "verified. Turn it off with `sagedoctor disable` or SAGEDOCTOR_RUNTIME=off.\n")
+    if comfyui is not None:
+        stream.write(comfyui_ways(comfyui, hook_on=True, table=_verify_table(target)))
     return 0
 
 
-def run_disable(target: TargetFacts, out: TextIO | None = None) -> int:
+def _target_arg(target: TargetFacts, comfyui: ComfyUIFacts | None) -> str:
+    from ..diagnose import quote
+    from ..probe.target import current_os
+
+    os_name = current_os()
+    if comfyui is not None:
+        return f"--comfyui {quote(comfyui.root, os_name)}"
+    if target.is_venv:
+        return f"--venv {quote(target.prefix, os_name)}"
+    return f"--python {quote(target.executable, os_name)}"
+
+
+def _refuse_where_site_never_runs(target: TargetFacts, comfyui: ComfyUIFacts | None) -> None:
+    """An embedded Python's ._pth without `import site`: no .pth file there ever runs."""
+    pth = pth_file_for(Path(target.executable))
+    if pth is None:
+        return
+    text = read_small(pth)
+    if text is None or pth_imports_site(text):
+        return
+    portable = comfyui is not None and comfyui.layout == "portable"
+    flag = (f"`sagedoctor enable {_target_arg(target, comfyui)} --launch-flag`" if portable
+            else f"start ComfyUI with {SAGE_FLAG}")
+    raise EnableError(f"{pth} has no `import site` line, so this Python never imports site "
+                      "and never runs a .pth file: the start-up hook cannot run here",
+                      f"add the line `import site` to {pth} (ComfyUI's portable build ships "
+                      f"it), then enable again; or use ComfyUI's own switch: {flag}")
+
+
+def _verify_table(target: TargetFacts) -> str:
+    from ..state import load_record
+
+    record = load_record(Path(target.prefix))
+    if record is None:
+        return "verify's record: none (run `sagedoctor verify`)\n"
+    return (f"verify's record ({record.verified_at}, verdict {record.verdict}):\n"
+            + sageattn_table(record.results))
+
+
+def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
+                        verification: VerificationFacts | None, stream: TextIO) -> int:
+    """Write run_nvidia_gpu_sageattention.bat beside run_nvidia_gpu.bat (never over it)."""
+    if comfyui is None:
+        raise EnableError("--launch-flag is ComfyUI's switch, and no ComfyUI was found",
+                          "pass --comfyui DIR (the ComfyUI_windows_portable folder)")
+    if target.sageattention is None:
+        raise EnableError(f"SageAttention is not installed in {target.prefix}",
+                          f"run `sagedoctor install {_target_arg(target, comfyui)}` first")
+    if comfyui.sage_flag_supported is False:
+        raise EnableError(f"ComfyUI {comfyui.version or ''} does not declare {SAGE_FLAG}; "
+                          "it would stop at start", "update ComfyUI first")
+    from ..requirements import verification_is_current
+
+    # What verify found about the build installed now (an older build's record says nothing).
+    wrong = verification.wrong_sageattn if verification is not None and verification_is_current(
+        verification, target) else ()
+    if wrong:
+        raise EnableError(f"verify found `sageattn()` wrong on {wrong[0].name}: with "
+                          f"{SAGE_FLAG} every image would be garbage",
+                          f"run `sagedoctor install {_target_arg(target, comfyui)}` (it replaces "
+                          "the build), then verify")
+    if comfyui.layout != "portable":
+        stream.write(comfyui_ways(comfyui, hook_on=hook_path(target).exists(),
+                                  table=_verify_table(target)))
+        stream.write(f"Nothing written: only the portable build has a .bat file to copy. "
+                     f"{_how_to_set_flag(comfyui)}\n")
+        return 0
+    source = Path(comfyui.root) / "run_nvidia_gpu.bat"
+    text = read_bytes_as_text(source)
+    if text is None:
+        raise EnableError(f"{source} is missing or unreadable",
+                          f"add {SAGE_FLAG} to the line of your launcher that runs main.py")
+    flagged = with_sage_flag(text)
+    if flagged == text:
+        raise EnableError(f"{source} has no line running ComfyUI/main.py to add {SAGE_FLAG} to",
+                          f"add {SAGE_FLAG} by hand to the line that starts ComfyUI")
+    dest = Path(comfyui.root) / FLAG_LAUNCHER
+    if dest.exists() and read_bytes_as_text(dest) != flagged:
+        raise EnableError(f"{dest} exists and is not what sagedoctor would write",
+                          "move it away (or keep it: it is yours), then run this again")
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_bytes(flagged.encode("latin-1"))
+    tmp.replace(dest)
+    stream.write(f"Wrote {dest}: run_nvidia_gpu.bat with {SAGE_FLAG}. Start ComfyUI with it "
+                 "to use ComfyUI's own switch; run_nvidia_gpu.bat is unchanged.\n")
+    if verification is None or verification.status != "verified":
+        stream.write(f"No verify has checked sageattn() in this Python: run `sagedoctor verify "
+                     f"{_target_arg(target, comfyui)}` before starting ComfyUI with it.\n")
+    now = replace(comfyui, sage_flag_in=tuple(dict.fromkeys((*comfyui.sage_flag_in,
+                                                             FLAG_LAUNCHER))))
+    stream.write(comfyui_ways(now, hook_on=hook_path(target).exists(),
+                              table=_verify_table(target)))
+    return 0
+
+
+def _how_to_set_flag(comfyui: ComfyUIFacts) -> str:
+    if comfyui.layout == "desktop":
+        return (f"ComfyUI Desktop: add `use-sage-attention` to its server launch arguments "
+                f"(Settings > Server-Config; saved as {DESKTOP_LAUNCH_ARGS} in "
+                f"{Path(comfyui.root).joinpath(*DESKTOP_SETTINGS)}).")
+    return f"Add {SAGE_FLAG} to the command that starts main.py."
+
+
+def run_disable(target: TargetFacts, out: TextIO | None = None, *,
+                comfyui: ComfyUIFacts | None = None) -> int:
     stream = out or sys.stdout
+    if comfyui is not None and comfyui.layout == "portable":
+        launcher = Path(comfyui.root) / FLAG_LAUNCHER
+        source = read_bytes_as_text(Path(comfyui.root) / "run_nvidia_gpu.bat")
+        if source is not None and read_bytes_as_text(launcher) == with_sage_flag(source):
+            launcher.unlink()  # only the copy enable wrote; one the user edited stays
+            stream.write(f"Removed {launcher}\n")
     path = hook_path(target)
     if path.exists():
         path.unlink()

@@ -20,6 +20,7 @@ class PlanOptions:
     venv: Path | None = None
     python: Path | None = None
     root: Path | None = None
+    comfyui: Path | None = None  # --comfyui DIR
     facts_file: Path | None = None
     index_file: Path | None = None
     source_dir: Path | None = None
@@ -33,7 +34,8 @@ def gather(options: PlanOptions) -> tuple[Facts, WheelIndex, Plan | Blocked]:
         facts = load_facts_file(options.facts_file)
     else:
         facts = collect_facts(ProbeOptions(venv=options.venv, python=options.python,
-                                           root=options.root, areas=AREAS))
+                                           root=options.root, comfyui=options.comfyui,
+                                           areas=AREAS))
     source = str(options.source_dir.resolve()) if options.source_dir else None
     result = resolve_plan(facts, index, ResolveOptions(
         source_dir=source, use_linux_indexes=options.use_linux_indexes))

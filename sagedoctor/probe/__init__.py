@@ -16,8 +16,9 @@ from typing import Any
 
 from .. import __version__
 from ..areas import AREAS
-from ..errors import SagedoctorError
-from ..facts import Facts, InvokeAIFacts, ProbeFailure
+from ..comfyui import find_comfyui, locate_comfyui
+from ..errors import SagedoctorError, TargetError
+from ..facts import ComfyUIFacts, Facts, InvokeAIFacts, ProbeFailure
 from ..settings import number_from_env
 from .gpu import probe_gpu
 from .invokeai import choose_root, locate_invokeai, read_config
@@ -36,6 +37,7 @@ _PROBES_FOR_AREA = {
     "sageattention": {"system", "gpu", "target"},
     "toolchain": {"system", "gpu", "target", "toolchain"},
     "invokeai": {"system", "target", "invokeai"},
+    "comfyui": {"system", "target", "comfyui"},
 }
 
 
@@ -44,18 +46,46 @@ class ProbeOptions:
     venv: Path | None = None
     python: Path | None = None
     root: Path | None = None
+    comfyui: Path | None = None  # --comfyui DIR: that install's Python is the target
     areas: tuple[str, ...] = AREAS
     roots: HostRoots | None = None  # None: this machine's (HostRoots.from_env)
 
 
-def choose_target(options: ProbeOptions, invokeai_venv: str | None) -> Path:
+def choose_target(options: ProbeOptions, invokeai_venv: str | None,
+                  comfyui: ComfyUIFacts | None = None) -> Path:
+    """--python, --venv, --comfyui; else the one app found (InvokeAI first where both are);
+    else the active venv or this interpreter."""
     if options.python is not None:
         return options.python
     if options.venv is not None:
         return Path(venv_python(options.venv, current_os()))
+    if comfyui is not None and comfyui.source == "--comfyui" and comfyui.python:
+        return Path(comfyui.python)
     if invokeai_venv is not None:
         return Path(venv_python(Path(invokeai_venv), current_os()))
+    if comfyui is not None and comfyui.python:
+        return Path(comfyui.python)
     return default_interpreter()
+
+
+def find_comfyui_for(options: ProbeOptions, os_name: str) -> ComfyUIFacts | None:
+    """The ComfyUI of --comfyui DIR (an error where DIR holds none), else one found for the
+    given target or through Desktop's config."""
+    if options.comfyui is None:
+        return find_comfyui(options.venv, options.python, os.environ, Path.home(), os_name)
+    found = locate_comfyui(options.comfyui, "--comfyui", os_name, os.environ, options.python)
+    fix = ("pass the ComfyUI_windows_portable folder, ComfyUI Desktop's base path (the folder "
+           "holding its .venv and models) or the git clone (the folder holding main.py)")
+    if found is None and not options.comfyui.is_dir():
+        what = "does not exist" if not options.comfyui.exists() else "is not a folder"
+        raise TargetError(f"--comfyui {options.comfyui} {what}", fix)
+    if found is None:
+        raise TargetError(f"--comfyui {options.comfyui} is not a ComfyUI install (no "
+                          "python_embeded, no main.py with comfy/, no Desktop .venv)", fix)
+    if found.python is None and options.python is None and options.venv is None:
+        raise TargetError(f"--comfyui {options.comfyui}: {found.problem}",
+                          "pass --python EXE as well: the interpreter that starts ComfyUI")
+    return found
 
 
 def _guard_seconds() -> float:
@@ -83,6 +113,7 @@ def _facts(results: dict[str, Any], failures: list[ProbeFailure],
         target=results.get("target"),
         toolchain=results.get("toolchain"),
         invokeai=results.get("invokeai"),
+        comfyui=results.get("comfyui"),
         probe_failures=tuple(failures),
         sagedoctor_version=__version__,
         areas=areas,
@@ -136,7 +167,17 @@ def collect_facts(options: ProbeOptions, on_area_done: AreaDone | None = None) -
                                      "this user read access to that folder)"))
         located = InvokeAIFacts(None, "none", False, None, None, False)
         wanted.discard("invokeai")
-    target_python = choose_target(options, located.venv)
+    try:
+        comfy = find_comfyui_for(options, os_name)
+    except OSError as exc:  # a folder this user may not read: said, not a crash
+        failures.append(ProbeFailure("comfyui", f"cannot look for ComfyUI: "
+                                     f"{exc.strerror or exc}"))
+        comfy = None
+        wanted.discard("comfyui")
+    # A root given by --root or INVOKEAI_ROOT without InvokeAI's marks: its .venv is not
+    # InvokeAI's, so it is not the default target (SD186 says why).
+    invokeai_venv = located.venv if located.marked is not False else None
+    target_python = choose_target(options, invokeai_venv, comfy)
 
     jobs: dict[str, Callable[[], Any]] = {
         "system": lambda: probe_system(roots),
@@ -144,6 +185,7 @@ def collect_facts(options: ProbeOptions, on_area_done: AreaDone | None = None) -
         "target": lambda: probe_target(target_python, venv=options.venv),
         "toolchain": lambda: probe_toolchain(os_name, roots),
         "invokeai": lambda: read_config(located),
+        "comfyui": lambda: comfy,  # found above: it decides the target
     }
     results: dict[str, Any] = {}
     pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="probe")

@@ -27,8 +27,9 @@ def choose_root(
 ) -> RootChoice:
     """--root, then INVOKEAI_ROOT, then the venv's parent, then ~/invokeai: as InvokeAI does.
 
-    The first two are taken as given; the last two only where they hold an InvokeAI install
-    (a ``.venv`` or an ``invokeai.yaml``), so an unrelated venv's parent is not called a root.
+    The first two are taken as given; the last two only where InvokeAI is really there (an
+    ``invokeai.yaml``, or a ``.venv`` holding the invokeai package), so the parent of any other
+    venv (ComfyUI's, a project's) is not called an InvokeAI root.
     """
     if explicit_root is not None:
         return RootChoice(explicit_root, "--root")
@@ -44,7 +45,22 @@ def choose_root(
 
 
 def _looks_like_root(path: Path) -> bool:
-    return (path / "invokeai.yaml").is_file() or (path / ".venv").is_dir()
+    # InvokeAI's own marks: its config, its launcher's markers, or its package in .venv.
+    return ((path / "invokeai.yaml").is_file() or (path / FIRST_RUN_MARKER).is_file()
+            or (path / BOOTSTRAP_DIR).is_dir() or venv_has_invokeai(path / ".venv"))
+
+
+def venv_has_invokeai(venv: Path) -> bool:
+    """An invokeai dist-info in the venv's site-packages (POSIX lib/pythonX.Y or Windows Lib):
+    a few directory reads, no interpreter started."""
+    if not venv.is_dir():
+        return False
+    try:
+        sites = [*venv.glob("lib/python3*/site-packages"), venv / "Lib" / "site-packages"]
+        return any(next(site.glob("invokeai-*.dist-info"), None) is not None
+                   for site in sites if site.is_dir())
+    except OSError:
+        return False
 
 
 FIRST_RUN_MARKER = ".first_run"
@@ -91,6 +107,7 @@ def locate_invokeai(choice: RootChoice, os_name: str) -> InvokeAIFacts:
         config_exists=config.exists() or config.is_symlink(),  # a folder or FIFO is said
         first_run_at=first_run,
         bootstrap_changed_at=bootstrap,
+        marked=_looks_like_root(root),
     )
 
 

@@ -152,6 +152,7 @@ def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+PORTABLE = "D:\\ComfyUI_windows_portable"
 NO_GPU: dict[str, Any] = {"gpus": [], "driver_version": None, "source": "none", "notes": []}
 SAGE_WIN = WIN_4090["target"]["sageattention"]
 
@@ -362,6 +363,45 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                              "cuda": "12.8", "triton_pin": "==3.6.0", "cxx_standard": 17},
                    "triton": "3.6.0", "sageattention": None},
         "toolchain": {"nvcc_version": "12.8.93"}}),
+    # INVOKEAI_ROOT left pointing at a project folder with a .venv but none of InvokeAI's marks.
+    "linux-invokeai-root-not-invokeai": (LINUX_H200, {"invokeai": {
+        "root": "/home/ana/projects/site", "root_source": "INVOKEAI_ROOT", "installed": True,
+        "venv": "/home/ana/projects/site/.venv",
+        "config_path": "/home/ana/projects/site/invokeai.yaml", "config_exists": False,
+        "marked": False}}),
+    # ComfyUI's portable build (facts of `check --comfyui`, tests/fixtures/comfyui/portable): its
+    # embedded Python with pip (get-pip.py at release), no include/libs, a copy of
+    # run_nvidia_gpu.bat with --use-sage-attention, and a verify that found sageattn() wrong.
+    "windows-comfyui-portable-sage-flag-wrong": (WIN_4090, {
+        "areas": [*WIN_4090["areas"], "comfyui"],
+        "target": {"executable": f"{PORTABLE}\\python_embeded\\python.exe", "is_venv": False,
+                   "prefix": f"{PORTABLE}\\python_embeded",
+                   "base_prefix": f"{PORTABLE}\\python_embeded",
+                   "site_packages": f"{PORTABLE}\\python_embeded\\Lib\\site-packages",
+                   "include_dir": f"{PORTABLE}\\python_embeded\\Include",
+                   "has_python_h": False, "libs_dir": f"{PORTABLE}\\python_embeded\\libs",
+                   "has_python_lib": False, "invokeai": None, "pip": "25.0.1",
+                   "pip_importable": True,
+                   "sageattention": {"package_dir": f"{PORTABLE}\\python_embeded\\Lib\\"
+                                                    "site-packages\\sageattention"}},
+        "invokeai": {"root": None, "root_source": "none", "installed": False, "venv": None,
+                     "config_path": None, "config_exists": False, "schema_version": None,
+                     "attention_type": None},
+        "comfyui": {"layout": "portable", "root": PORTABLE, "source": "--comfyui",
+                    "python": f"{PORTABLE}\\python_embeded\\python.exe",
+                    "code_dir": f"{PORTABLE}\\ComfyUI", "version": "0.8.1",
+                    "version_source": "comfyui_version.py", "sage_flag_supported": True,
+                    "sage_flag_in": ["run_nvidia_gpu_sage.bat"],
+                    "launchers": ["run_nvidia_gpu.bat", "run_nvidia_gpu_sage.bat"],
+                    "pth_file": f"{PORTABLE}\\python_embeded\\python312._pth",
+                    "pth_imports_site": True, "problem": None},
+        "verification": {"status": "verified", "verdict": "sdpa-only",
+                         "verified_at": "2026-12-03T20:15:00+00:00",
+                         "sageattention": "2.2.0+cu130torch2.10.0andhigher.post6",
+                         "torch": "2.10.0+cu130", "wrong_sageattn": [
+                             {"gpu": "GPU-1f0c1e55-0000-0000-0000-000000000000",
+                              "name": "NVIDIA GeForce RTX 4090", "arch": "8.9",
+                              "kernel": "sage_fp8_cuda_sm89"}]}}),
 }
 
 
