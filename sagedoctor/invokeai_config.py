@@ -10,7 +10,6 @@ copy is first loaded by InvokeAI's own loader in the target interpreter.
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import stat
@@ -21,7 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import SagedoctorError
-from .proc import ToolMissing, ToolTimeout, run_tool
+from .proc import ToolMissing, ToolTimeout
+from .target_answer import ask_target, with_answer_function
 
 MAX_CONFIG_BYTES = 1_000_000
 BOM = b"\xef\xbb\xbf"
@@ -212,22 +212,22 @@ def edited_text(text: str, settings: Mapping[str, str], path: Path) -> str:
     return out.getvalue()
 
 
-_LOADER_SCRIPT = r"""
-import json, sys
+_LOADER_SCRIPT = with_answer_function(r"""
+import sys
 from pathlib import Path
 try:
     from invokeai.app.services.config.config_default import load_and_migrate_config
 except Exception as exc:
-    print(json.dumps({"loader": False, "error": "%s: %s" % (type(exc).__name__, exc)}))
+    _answer({"loader": False, "error": "%s: %s" % (type(exc).__name__, exc)})
     sys.exit(0)
 try:
     load_and_migrate_config(Path(sys.argv[1]))
 except BaseException as exc:
-    print(json.dumps({"loader": True, "ok": False,
-                      "error": ("%s: %s" % (type(exc).__name__, exc))[:2000]}))
+    _answer({"loader": True, "ok": False,
+             "error": ("%s: %s" % (type(exc).__name__, exc))[:2000]})
     sys.exit(0)
-print(json.dumps({"loader": True, "ok": True}))
-"""
+_answer({"loader": True, "ok": True})
+""")
 
 
 def prove_loads(python: Path, text: str, settings: Mapping[str, str], path: Path) -> str:
@@ -239,10 +239,9 @@ def prove_loads(python: Path, text: str, settings: Mapping[str, str], path: Path
         copy = Path(tmp) / "invokeai.yaml"
         copy.write_text(text, encoding="utf-8")
         try:
-            done = run_tool([str(python), "-I", "-c", _LOADER_SCRIPT, str(copy)],
-                            timeout=LOADER_TIMEOUT_S)
-            answer = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout else {}
-        except (ToolMissing, ToolTimeout, ValueError, IndexError) as exc:
+            answer = ask_target([str(python), "-I", "-c", _LOADER_SCRIPT, str(copy)],
+                                timeout=LOADER_TIMEOUT_S).json()
+        except (ToolMissing, ToolTimeout, ValueError, RecursionError) as exc:
             answer = {"loader": False, "error": str(exc)}
     if not isinstance(answer, dict):
         answer = {"loader": False, "error": "unexpected answer"}

@@ -28,8 +28,9 @@ from packaging.utils import canonicalize_name
 
 from ..install_record import record_install
 from ..invokeai_config import ConfigEdit, enable_invokeai
-from ..proc import ToolMissing, ToolTimeout, run_tool
+from ..proc import ToolMissing, ToolTimeout
 from ..resolve import BuildSettings, Plan, Step
+from ..target_answer import ask_target, with_answer_function
 from .bundle import build_runtime_wheel
 from .cache import Cache, built_key, default_cache_dir, file_sha256, safe_file_name
 from .errors import (
@@ -71,15 +72,16 @@ PACKAGE_ACTIONS = SAGE_ACTIONS | {"install", "bundle-runtime"}
 DEFAULT_INDEX = "https://pypi.org/simple/"
 GITHUB_API = "https://api.github.com"
 REPORT_EVERY_S = 15.0  # progress on a long download or build, so it never looks hung
-_LIST_DISTS = ("import json, importlib.metadata as m\n"
-               "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions() "
-               "if d.metadata['Name']}))")
+_LIST_DISTS = with_answer_function(
+    "import importlib.metadata as m\n"
+    "_answer({d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']})")
 
 
 def installed_distributions(python: Path) -> dict[str, str]:
     try:
-        done = run_tool([str(python), "-I", "-c", _LIST_DISTS], timeout=120)
-        data = json.loads(done.stdout) if done.returncode == 0 else None
+        asked = ask_target([str(python), "-I", "-c", _LIST_DISTS], timeout=120)
+        done = asked.result
+        data = asked.json() if done.returncode == 0 else None
     except (ToolMissing, ToolTimeout, ValueError) as exc:
         raise InstallError(f"could not list the distributions of {python}: {exc}", "") from exc
     if data is None:

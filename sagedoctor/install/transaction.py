@@ -22,7 +22,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ..proc import ToolMissing, ToolTimeout, run_tool
+from ..proc import ToolMissing, ToolTimeout
+from ..target_answer import ask_target, with_answer_function
 from .cache import file_sha256
 from .errors import RollbackIncomplete
 from .lock import pid_alive
@@ -31,7 +32,7 @@ from .runner import InstallError
 Say = Callable[[str], None]
 LIGHT = frozenset({"torch"})  # checked by version and RECORD digest, never copied
 
-_STATE_SCRIPT = r"""
+_STATE_SCRIPT = with_answer_function(r"""
 import csv, importlib.metadata as m, json, os, re, sys, sysconfig
 names = set(json.loads(sys.argv[1]))
 paths = sysconfig.get_paths()
@@ -49,17 +50,18 @@ for d in m.distributions():
     files = [os.path.normpath(os.path.abspath(str(d.locate_file(r[0])))) for r in rows]
     out["dists"].setdefault(key, []).append({"version": d.version, "files": files,
         "dist_info": os.path.normpath(os.path.abspath(str(getattr(d, "_path", ""))))})
-print(json.dumps(out))
-"""
+_answer(out)
+""")
 
 
 def target_state(python: Path, names: Iterable[str]) -> dict[str, Any]:
     """Where the target installs, and the files of these distributions (from RECORD)."""
     wanted = sorted({str(canonicalize_name(n)) for n in names})
     try:
-        done = run_tool([str(python), "-I", "-c", _STATE_SCRIPT, json.dumps(wanted)],
-                        timeout=120)
-        data = json.loads(done.stdout) if done.returncode == 0 else None
+        asked = ask_target([str(python), "-I", "-c", _STATE_SCRIPT, json.dumps(wanted)],
+                           timeout=120)
+        done = asked.result
+        data = asked.json() if done.returncode == 0 else None
     except (ToolMissing, ToolTimeout, ValueError) as exc:
         raise InstallError(f"could not read the distributions of {python}: {exc}", "") from exc
     if not isinstance(data, dict) or not isinstance(data.get("dists"), dict):
