@@ -280,9 +280,9 @@ class Executor:
 
     def _fetch(self, name: str, url: str, sha256: str | None, source: str | None) -> Path:
         safe_file_name(name, url)
-        hit = self.cache.lookup(name, sha256, url)
+        hit = self.cache.lookup(name, sha256, url, on_damaged=self.say)
         if hit is not None:
-            self.say(f"{name}: from the cache, sha256 checked (no download)")
+            self.say(f"{name}: from the cache, sha256 and archive checked (no download)")
             return hit
         if self.offline:
             raise NotInCache(f"{name} is not in the cache, and --offline forbids downloading",
@@ -327,7 +327,8 @@ class Executor:
         remembered = self.cache.resolution(key) if (_pinned(requirement) or self.offline) \
             else None
         if remembered is not None:
-            hit = self.cache.lookup(remembered["name"], remembered["sha256"], remembered["url"])
+            hit = self.cache.lookup(remembered["name"], remembered["sha256"], remembered["url"],
+                                    on_damaged=self.say)
             if hit is not None:
                 self.say(f"{requirement}: {hit.name} from the cache (no index request)")
                 return hit
@@ -361,7 +362,11 @@ class Executor:
             unpacked = self.work / "archive"
             if unpacked.exists():
                 shutil.rmtree(unpacked)
-            source = extract_source(archive, unpacked)
+            try:
+                source = extract_source(archive, unpacked)
+            except InstallError:
+                self.cache.drop(archive, url)  # the next run fetches it again
+                raise
         assert self.log is not None and self.journal is not None
         build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=self.work))
         journal = self.journal
