@@ -36,6 +36,13 @@ def _safe_streams() -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
+    # Escape sequences from outside (a GPU name, a tool's output) never reach the terminal.
+    from .terminal_text import SafeTextStream
+
+    if sys.stdout is not None and not isinstance(sys.stdout, SafeTextStream):
+        sys.stdout = SafeTextStream(sys.stdout)
+    if sys.stderr is not None and not isinstance(sys.stderr, SafeTextStream):
+        sys.stderr = SafeTextStream(sys.stderr)
 
 
 def _target_options(parser: argparse.ArgumentParser) -> None:

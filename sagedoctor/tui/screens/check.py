@@ -17,6 +17,7 @@ from ...diagnose import diagnose
 from ...errors import SagedoctorError
 from ...facts import Facts
 from ...render import summary_line
+from ...terminal_text import one_line, printable
 from ..model import AreaRow, area_row, pending_row
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ r        check again
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("", id="check-source")
+        yield Static("", id="check-source", markup=False)  # a file name may hold "["
         yield DataTable(id="areas", cursor_type="row", zebra_stripes=False)
         with VerticalScroll(id="details"):
             yield Static("", id="detail-text", markup=False)
@@ -77,7 +78,7 @@ r        check again
     def _start(self) -> None:
         self.done = False
         self.query_one("#check-source", Static).update(
-            f"Checking {self.tui.session.source}…")
+            one_line(f"Checking {self.tui.session.source}…"))
         self.run_check()
 
     @work(thread=True, exclusive=True, group="check")
@@ -112,15 +113,15 @@ r        check again
         for area in AREAS:
             self._set_row(area_row(area, session.findings))
         self.done = True
-        self.query_one("#check-source", Static).update(
+        self.query_one("#check-source", Static).update(one_line(
             f"sagedoctor {session.facts.sagedoctor_version if session.facts else ''} check: "
-            f"{session.source}")
+            f"{session.source}"))
         self.query_one("#check-summary", Static).update(summary_line(session.findings))
 
     def _failed(self, exc: SagedoctorError) -> None:
         self.done = True
-        self.query_one("#check-summary", Static).update(
-            f"error {exc.code}: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix else ""))
+        self.query_one("#check-summary", Static).update(printable(
+            f"error {exc.code}: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix else "")))
 
     def _selected(self) -> AreaRow:
         table = self.query_one("#areas", DataTable)

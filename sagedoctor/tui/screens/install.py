@@ -24,6 +24,7 @@ from ...install.execute import execute_plan
 from ...install.runner import InstallError
 from ...install.transaction import describe, file_count, snapshot_differences, take_snapshot
 from ...resolve import Plan
+from ...terminal_text import printable
 from ..cancel import InstallCancelled, cancelled_in
 from ..model import clock_text, step_progress, tilde, transfer_line
 from .confirm import ConfirmScreen
@@ -89,6 +90,8 @@ v    verify on the GPU (once done)     b  back (once done)
         yield Footer()
 
     def _short(self, text: str) -> str:
+        # Every line here names paths, URLs or a tool's output: shown without escapes.
+        text = printable(text)
         return tilde(text, str(Path.home())) if os.name == "posix" else text
 
     def on_mount(self) -> None:
