@@ -22,6 +22,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from ..file_meta import FileMeta, meta_of, restore_meta, write_keeping_meta
 from ..proc import ToolMissing, ToolTimeout
 from ..target_answer import ask_target, with_answer_function
 from .cache import file_sha256
@@ -246,12 +247,15 @@ def _prune(folders: set[Path], keep: set[Path], stop: Path) -> None:
 def journal_entry_for_edit(path: Path, backup: Path | None, keep: Path) -> dict[str, Any]:
     """What the journal keeps of a file the install is about to edit (invokeai.yaml): a copy
     of its backup in the journal's own folder `keep` (the one beside the file is the user's to
-    delete) and the sha256 the file had (None: the install creates it)."""
+    delete), the sha256 the file had (None: the install creates it), its mode, owner and
+    group, and where the backup beside it is (a rollback removes it)."""
     if backup is None:
         return {"path": str(path), "backup": None, "sha256_before": None}
     keep.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(backup, keep)
-    return {"path": str(path), "backup": str(keep), "sha256_before": file_sha256(keep)}
+    meta = meta_of(path)
+    return {"path": str(path), "backup": str(keep), "sha256_before": file_sha256(keep),
+            "meta": meta.to_dict() if meta is not None else None, "beside": str(backup)}
 
 
 def restore_edited_files(entries: list[dict[str, Any]], say: Say) -> int:
@@ -270,13 +274,25 @@ def restore_edited_files(entries: list[dict[str, Any]], say: Say) -> int:
                 raise RollbackIncomplete(
                     f"{path} cannot be put back: its backup {backup} is gone or changed",
                     f"restore {path} by hand; the journal is kept")
-            staged = path.with_name(f".{path.name}.sagedoctor-restore")
-            shutil.copy2(backup, staged)
-            os.replace(staged, path)
+            meta = FileMeta.from_dict(entry.get("meta")) or meta_of(path)
+            try:
+                write_keeping_meta(path, backup.read_bytes(), meta)
+            except OSError as exc:
+                raise RollbackIncomplete(f"{path} cannot be put back: {exc.strerror or exc}",
+                                         f"restore {path} from {backup} by hand; the journal "
+                                         "is kept") from exc
         if _hash(str(path)) != before:
             raise RollbackIncomplete(f"{path} could not be restored from {entry.get('backup')}",
                                      f"restore {path} by hand; the journal is kept")
-        say(f"restored {path} (sha256 {before[:12]}..., as before the install)")
+        meta = FileMeta.from_dict(entry.get("meta"))
+        if meta is not None:
+            with contextlib.suppress(OSError):  # the content is what matters; said below
+                restore_meta(path, meta)
+        beside = entry.get("beside")
+        if isinstance(beside, str) and _hash(beside) == before:  # only our copy, unchanged
+            Path(beside).unlink(missing_ok=True)
+        say(f"restored {path} (sha256 {before[:12]}..., mode, owner and group as before the "
+            "install)")
     return len(entries)
 
 
