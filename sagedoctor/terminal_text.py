@@ -13,6 +13,7 @@ that reorder what is shown, before a renderer styles it.
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
@@ -69,22 +70,54 @@ def colours_only(text: str) -> str:
 class SafeTextStream:
     """The CLI's stdout and stderr: what any command writes passes colours_only() on its way
     out, a net under the renderers for lines they do not own (a build's latest line, an
-    installer's message, an error naming a path). JSON loses nothing: it escapes all of it."""
+    installer's message, an error naming a path). JSON loses nothing: it escapes all of it.
+
+    A stream that fails (a pipe whose reader quit, a closed descriptor, a full disk under a
+    redirect) does not stop the work: the failure is kept in ``failure``, and this and every
+    later write, the interpreter's own flush at exit included, goes to the null device. The
+    CLI then says what became of the output (cli.py)."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
+        self.failure: OSError | ValueError | None = None
 
     @property
     def inner(self) -> Any:
         return self._inner
 
     def write(self, text: str) -> int:
-        self._inner.write(colours_only(text))
+        if self.failure is None:
+            try:
+                self._inner.write(colours_only(text))
+            except (OSError, ValueError) as exc:  # ValueError: the file object was closed
+                self._broke(exc)
         return len(text)
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
             self.write(line)
 
-    def __getattr__(self, name: str) -> Any:  # encoding, isatty, flush, fileno, buffer...
+    def flush(self) -> None:
+        if self.failure is None:
+            try:
+                self._inner.flush()
+            except (OSError, ValueError) as exc:
+                self._broke(exc)
+
+    def _broke(self, exc: OSError | ValueError) -> None:
+        self.failure = exc
+        # What is still buffered, and the flush at exit, must not fail a second time.
+        try:
+            fd = self._inner.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+        except (OSError, ValueError):
+            return
+        try:
+            os.dup2(devnull, fd)
+        except OSError:
+            pass
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:  # encoding, isatty, fileno, buffer...
         return getattr(self._inner, name)

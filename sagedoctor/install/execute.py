@@ -166,8 +166,12 @@ class Executor:
     # --- the run ----------------------------------------------------------------------------
 
     def say(self, message: str) -> None:
-        if self.log is not None:
+        if self.log is not None and self.log.failure is None:
             self.log.write(message)
+            if self.log.failure is not None:
+                reason = self.log.failure.strerror or self.log.failure
+                self.progress(f"the log {self.log.path} cannot be written ({reason}); going "
+                              "on without it")
         self.progress(message)
 
     def run(self, runtime_version: str) -> None:

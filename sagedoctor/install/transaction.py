@@ -22,6 +22,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from ..errors import room_needed
 from ..file_meta import FileMeta, meta_of, restore_meta, write_keeping_meta
 from ..proc import ToolMissing, ToolTimeout
 from ..target_answer import ask_target, with_answer_function
@@ -157,11 +158,12 @@ class Journal:
         self.data.update(changes)
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
-            json.dump(self.data, handle, ensure_ascii=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        tmp.replace(self.path)
+        with room_needed(tmp, "the install's journal"):
+            with tmp.open("w", encoding="utf-8") as handle:
+                json.dump(self.data, handle, ensure_ascii=False)
+                handle.flush()
+                os.fsync(handle.fileno())
+            tmp.replace(self.path)
 
     def begin(self, python: Path, prefix: Path, work: Path, log: Path) -> None:
         self.data = {}
@@ -187,7 +189,9 @@ def back_up(snapshot: dict[str, Any], folder: Path,
     def keep(path: str) -> None:
         if path not in copies:
             copy = folder / str(len(copies))
-            shutil.copy2(path, copy)
+            with room_needed(folder, "the backups of the files the install replaces; the "
+                             "venv was not changed yet"):
+                shutil.copy2(path, copy)
             copies[path] = str(copy)
 
     for name, entries in snapshot["dists"].items():

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Log, ProgressBar, Static
 
 from ... import __version__
+from ...errors import SagedoctorError
 from ...install.execute import execute_plan
 from ...install.runner import InstallError
 from ...install.transaction import describe, file_count, snapshot_differences, take_snapshot
@@ -121,7 +122,7 @@ v    verify on the GPU (once done)     b  back (once done)
             execute_plan(self.plan, self._progress, self.tui.session.log_dir, __version__,
                          on_bytes=self._bytes, cancel=self.stop_build,
                          log_name=self.log_name)
-        except InstallError as exc:
+        except SagedoctorError as exc:  # the executor's, or a full disk (SD922)
             self.venv_check = self._compare(before)
             self.app.call_from_thread(self._finished, exc)
             return
@@ -215,7 +216,7 @@ v    verify on the GPU (once done)     b  back (once done)
         self.query_one("#transfer-bar", ProgressBar).update(total=1, progress=1)
         self.query_one("#transfer-text", Static).update(text)
 
-    def _finished(self, exc: InstallError | None) -> None:
+    def _finished(self, exc: SagedoctorError | None) -> None:
         self.tui.install_running = False
         self.finished_at = self.tui.clock()
         if self.build_started is not None:
