@@ -84,6 +84,10 @@ def _output_outcome(code: int, argv: Sequence[str]) -> int:
                       "and run again"))
 
 
+def _on_a_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def _target_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--venv", type=Path, metavar="DIR",
@@ -253,10 +257,17 @@ def _main(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        if not _on_a_terminal():
             parser.print_help()
             return 0
         args = parser.parse_args(["tui"])
+    elif args.command == "tui" and not _on_a_terminal():
+        # A full-screen app without a terminal would hang on its input: what bare
+        # `sagedoctor` prints instead, and a usage error (the TUI was asked for by name).
+        parser.print_help()
+        print("sagedoctor: error: the TUI needs a terminal (standard input and output); "
+              "use the commands above", file=sys.stderr)
+        return EXIT_USAGE
     try:
         from .settings import check_settings
 

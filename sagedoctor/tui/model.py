@@ -52,6 +52,11 @@ def pending_row(area: str) -> AreaRow:
     return AreaRow(area, AREA_TITLES[area], "pending", "checking…")
 
 
+def failed_row(area: str, code: str) -> AreaRow:
+    """An area the check never reached: it stopped first (a bad --facts file, SD901)."""
+    return AreaRow(area, AREA_TITLES[area], "unknown", f"not checked: the check stopped ({code})")
+
+
 def area_row(area: str, findings: Iterable[Finding]) -> AreaRow:
     """One area's row, with the summary line `check` prints for it."""
     items = tuple(f for f in findings if f.area == area)

@@ -18,7 +18,7 @@ from ...errors import SagedoctorError
 from ...facts import Facts
 from ...render import summary_line
 from ...terminal_text import one_line, printable
-from ..model import AreaRow, area_row, pending_row
+from ..model import AreaRow, area_row, failed_row, pending_row
 
 if TYPE_CHECKING:
     from ..app import SagedoctorApp
@@ -51,6 +51,7 @@ r        check again
         super().__init__()
         self.rows: dict[str, AreaRow] = {a: pending_row(a) for a in AREAS}
         self.done = False
+        self.failure: SagedoctorError | None = None  # the check stopped on this
 
     @property
     def tui(self) -> SagedoctorApp:
@@ -90,6 +91,11 @@ r        check again
         except SagedoctorError as exc:
             self.app.call_from_thread(self._failed, exc)
             return
+        except Exception as exc:  # a bug: said on the screen, the app stays up
+            self.app.call_from_thread(self._failed, SagedoctorError(
+                f"internal error: {type(exc).__name__}: {exc}",
+                "please report it, with the file or venv that caused it"))
+            return
         self.app.call_from_thread(self._all_done, findings)
 
     def _cells(self, row: AreaRow) -> tuple[Text, str, str]:
@@ -119,7 +125,14 @@ r        check again
         self.query_one("#check-summary", Static).update(summary_line(session.findings))
 
     def _failed(self, exc: SagedoctorError) -> None:
+        """The error screen: no row is left 'checking…', the error and its fix say why."""
         self.done = True
+        self.failure = exc  # before the rows: their details show it
+        for area in AREAS:
+            if self.rows[area].state == "pending":
+                self._set_row(failed_row(area, exc.code))
+        self.query_one("#check-source", Static).update(one_line(
+            f"Could not check {self.tui.session.source}: error {exc.code}"))
         self.query_one("#check-summary", Static).update(printable(
             f"error {exc.code}: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix else "")))
 
@@ -128,7 +141,13 @@ r        check again
         return self.rows[AREAS[max(table.cursor_row, 0)]]
 
     def _show_details(self) -> None:
-        self.query_one("#detail-text", Static).update(self._selected().details())
+        row = self._selected()
+        text = row.details()
+        if self.failure is not None and not row.findings:  # room for the whole error and fix
+            exc = self.failure
+            text += "\n" + printable(f"error {exc.code}: {exc.message}"
+                                     + (f"\nfix: {exc.fix}" if exc.fix else ""))
+        self.query_one("#detail-text", Static).update(text)
 
     def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
         self._show_details()
@@ -168,6 +187,7 @@ r        check again
     def action_recheck(self) -> None:
         if not self.done:
             return
+        self.failure = None
         for area in AREAS:
             self._set_row(pending_row(area))
         self.query_one("#check-summary", Static).update("")

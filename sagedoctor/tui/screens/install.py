@@ -73,6 +73,7 @@ v    verify on the GPU (once done)     b  back (once done)
         self.downloading = False
         self._cancel_raised = False
         self.built = False  # a build ran (and ended)
+        self.exit_code_when_done: int | None = None  # a signal asked the app to end
 
     @property
     def tui(self) -> SagedoctorApp:
@@ -255,6 +256,18 @@ v    verify on the GPU (once done)     b  back (once done)
             log.write_line(self._short(self.venv_check))
             log.write_line(self._short(f"logs: {self.tui.session.log_dir}"))
         self._tick()
+        if self.exit_code_when_done is not None:
+            self.app.exit(return_code=self.exit_code_when_done)
+
+    def stop_for_signal(self, name: str, code: int) -> None:
+        """SIGHUP or SIGTERM: Esc -> y without asking (nobody is there to answer); the app
+        exits once the install has stopped and rolled back."""
+        self.exit_code_when_done = code
+        if isinstance(self.app.screen, ConfirmScreen):
+            self.app.pop_screen()  # the question Esc asked is moot
+        self.query_one("#install-log", Log).write_line(f"{name}: cancelling the install")
+        self._cancel()
+        self.stop_build.set()  # a running build is stopped at once
 
     def action_cancel(self) -> None:
         if self.state == "running" and self.build_started is not None:
