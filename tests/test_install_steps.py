@@ -369,3 +369,18 @@ def test_a_long_build_says_its_time_and_latest_line(venv: tuple[Path, Path],
     assert [int(b[0]) for b in beats] == sorted(int(b[0]) for b in beats)
     assert "[1/2] compiling the stand-in kernel" in {line for _s, line in beats}
     assert out.index("still building") < out.index("built sageattention-2.2.0")
+
+
+def test_a_venv_that_prints_at_start_up_is_refused_by_uv_with_the_reason(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    """sagedoctor's own queries ignore the noise; uv reads the interpreter's stdout and cannot,
+    so the install stops at uv's first call, says why, and changes nothing."""
+    python, packages = venv
+    (packages / "sitecustomize.py").write_text("print('hello from sitecustomize')\n",
+                                               encoding="utf-8")
+    before = tree_hashes(packages)
+    with pytest.raises(InstallError) as caught:
+        run(python, tmp_path, wheel_step(site, sage_wheel(tmp_path / "w")))
+    assert "prints something of its own at start-up" in caught.value.message
+    assert "make that start-up code quiet" in caught.value.fix
+    assert tree_hashes(packages) == before

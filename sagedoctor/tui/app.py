@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
@@ -48,17 +48,24 @@ class SagedoctorApp(App[int]):
     HANG_UPS = () if sys.platform == "win32" else (signal.SIGHUP, signal.SIGTERM)
 
     def _catch_hang_ups(self) -> None:
-        loop = asyncio.get_running_loop()
+        # signal.signal, not the loop's own handlers: a Python handler runs even while the
+        # main thread waits on textual's output queue (a hung-up terminal stops its writer).
+        self._hang_up_loop = asyncio.get_running_loop()
+        self._old_handlers: dict[int, Any] = {}
         for signum in self.HANG_UPS:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(signum, self.hang_up, signum)
+            with contextlib.suppress(ValueError, OSError):  # not the main thread
+                self._old_handlers[signum] = signal.signal(signum, self._on_hang_up)
+
+    def _on_hang_up(self, signum: int, _frame: object) -> None:
+        if _terminal_gone():
+            self._write_to_nowhere()
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the app is over
+            self._hang_up_loop.call_soon_threadsafe(self.hang_up, signum)
 
     def on_unmount(self) -> None:
-        with contextlib.suppress(RuntimeError):
-            loop = asyncio.get_running_loop()
-            for signum in self.HANG_UPS:
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.remove_signal_handler(signum)
+        for signum, old in getattr(self, "_old_handlers", {}).items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, old)
 
     def hang_up(self, signum: int) -> None:
         """The exit status is 128 + the signal's number, as a shell reports a death by it."""
@@ -66,8 +73,6 @@ class SagedoctorApp(App[int]):
 
         code = 128 + int(signum)
         name = signal.Signals(signum).name
-        if _terminal_gone():
-            self._write_to_nowhere()
         install = next((s for s in self.screen_stack if isinstance(s, InstallScreen)), None)
         if install is not None and install.state in ("running", "cancelling"):
             install.stop_for_signal(name, code)  # it exits the app once rolled back
@@ -103,11 +108,20 @@ class SagedoctorApp(App[int]):
         writer = getattr(driver, "_writer_thread", None)
         if writer is not None and not writer.is_alive():
             with contextlib.suppress(Exception):  # textual's internals: best effort
+                import threading
+
                 from textual.drivers._writer_thread import WriterThread
 
                 fresh = WriterThread(open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
                 fresh.start()
                 driver._writer_thread = fresh  # type: ignore[union-attr]
+                stale = writer._queue  # what the dead writer left, and a put waiting on it
+
+                def drain() -> None:
+                    while stale.get() is not None:
+                        pass
+
+                threading.Thread(target=drain, daemon=True).start()
 
 
 def _terminal_gone() -> bool:
