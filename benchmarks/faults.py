@@ -10,6 +10,10 @@ each install step of a real venv, proven harmless by hashes.
    kernel, a signal, a FIFO where invokeai.yaml should be) into the real executor. After each:
    the venv is intact when every RECORD hash matches and every file under site-packages has
    the sha256 it had before; a file lost is one that was there before and is gone.
+   Then the machine's own faults: a truncated source archive, a sitecustomize that prints, no
+   space left in the state folder (/dev/full), a hostile file name, a standard output closed
+   or full, escapes in a GPU name, and SIGHUP (its terminal closed) in the TUI mid-build. Each
+   must end in the one outcome it should ("handled" where it is met without an error).
 
 Exit status 1 when a fuzz test fails, a fault ends in anything but our error, a venv is not
 intact or a file is lost. No GPU needed; about two minutes on two cores.
@@ -31,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +54,11 @@ from tests.test_install_kit import (  # noqa: E402
     plan,
     sage_wheel,
     serving,
+    settings_for,
     torch_venv,
     tree_hashes,
 )
-from tests.test_install_steps import wheel_step  # noqa: E402
+from tests.test_install_steps import COMMIT, source_archive, wheel_step  # noqa: E402
 from tests.test_transaction import build_pids, build_step, start  # noqa: E402
 
 # --- 1. the parsers ------------------------------------------------------------------------
@@ -225,6 +230,165 @@ def config_is_a_fifo(venv: Venv, folder: Path) -> None:
     venv.executor(folder, good_wheel(venv, folder), enable).run("0.1.0")
 
 
+# --- issue 19's faults: the machine, not the plan, misbehaves ----------------------------------
+
+NOISY_SITECUSTOMIZE = ("import atexit, sys\n"
+                       "sys.stdout.write('hello from sitecustomize {\"json\": 1}')\n"
+                       "atexit.register(lambda: print('bye from sitecustomize'))\n")
+HOSTILE_NAME = "NVIDIA H200\x1b]0;pwned\x07\x1b[2J\r\n[✓] All fine\u202e"
+
+
+class WrongOutcome(Exception):
+    """The fault was met, but not with the error it should be (the suite fails)."""
+
+
+def expect(code: str, run: Callable[[], None]) -> None:
+    try:
+        run()
+    except SagedoctorError as exc:
+        if exc.code != code:
+            raise WrongOutcome(f"{exc.code} instead of {code}: {exc.message[:80]}") from exc
+        raise
+    raise WrongOutcome(f"no error instead of {code}")
+
+
+def truncated_archive(venv: Venv, folder: Path) -> None:
+    """The mirror serves half the pinned source archive (no digest pinned: measured)."""
+    good = source_archive(folder)
+    route = f"/archive/{venv.count}/{COMMIT}.tar.gz"
+    venv.server.routes[route] = good[:len(good) // 2]
+    step = Step("build-from-source", "Build", "why", ("sageattention",),
+                build=settings_for(venv.server.url(route), commit=COMMIT))
+    expect("SD921", lambda: venv.executor(folder, step).run("0.1.0"))
+
+
+def sitecustomize_noise(venv: Venv, folder: Path) -> None:
+    """The venv prints at start-up and at exit: check reads it all the same; uv cannot query
+    such an interpreter, so the install stops at its first uv call, saying why, unchanged."""
+    noise = venv.site / "sitecustomize.py"
+    noise.write_text(NOISY_SITECUSTOMIZE, encoding="utf-8")
+    try:
+        report = json.loads(_cli(["check", "--json", "python", "--venv",
+                                  str(venv.python.parent.parent)]).stdout)
+        if any(f["code"] == "SD190" for f in report["findings"]):
+            raise WrongOutcome("check could not read the venv: SD190")
+        try:
+            venv.executor(folder, good_wheel(venv, folder)).run("0.1.0")
+        except SagedoctorError as exc:
+            if "prints something of its own at start-up" not in exc.message:
+                raise WrongOutcome(f"{exc.code}: {exc.message[:80]}") from exc
+            raise
+    finally:
+        noise.unlink()
+
+
+def state_disk_full(venv: Venv, folder: Path) -> None:
+    """No room where the journal is written: the kernel's ENOSPC, from /dev/full."""
+    if not Path("/dev/full").exists():
+        raise Unavailable("no /dev/full")
+    from sagedoctor.install.lock import venv_state_dir
+
+    journal = venv_state_dir(venv.python.parent.parent, folder / "state")
+    journal.mkdir(parents=True)
+    (journal / "journal.tmp").symlink_to("/dev/full")
+    expect("SD922", lambda: venv.executor(folder, good_wheel(venv, folder)).run("0.1.0"))
+
+
+def hostile_file_name(venv: Venv, folder: Path) -> None:
+    wheel = sage_wheel(folder / "wheel")
+    step = wheel_step(venv.server, wheel)
+    assert step.wheel is not None
+    hostile = Step(step.action, step.title, step.reason, step.distributions,
+                   wheel=replace(step.wheel, file="sage\x1b]0;pwned\x07/../../x.whl"))
+    expect("SD916", lambda: venv.executor(folder, hostile).run("0.1.0"))
+
+
+def _cli(args: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sagedoctor", *args], cwd=ROOT, text=True,
+                          capture_output="stdout" not in kw, timeout=120, **kw)
+
+
+def closed_stdout(venv: Venv, folder: Path) -> None:
+    """`check` of the venv whose output reader quit, closed with >&-, or on a full disk."""
+    args = ["check", "--venv", str(venv.python.parent.parent)]
+    expected = _cli(args).returncode
+    proc = subprocess.Popen([sys.executable, "-m", "sagedoctor", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    piped = (proc.wait(timeout=120), proc.stderr.read())
+    shut = subprocess.run(["sh", "-c", 'exec "$0" "$@" >&-', sys.executable, "-m",
+                           "sagedoctor", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    if piped != (expected, "") or (shut.returncode, shut.stderr) != (expected, ""):
+        raise WrongOutcome(f"exit {piped[0]}/{shut.returncode}, not {expected}: "
+                           f"{(piped[1] + shut.stderr)[:80]}")
+    if Path("/dev/full").exists():
+        with open("/dev/full", "w") as full:
+            done = _cli(args, stdout=full, stderr=subprocess.PIPE)
+        if done.returncode != 3 or "SD924" not in done.stderr:
+            raise WrongOutcome(f"a full stdout: exit {done.returncode}: {done.stderr[:80]}")
+    raise Handled(f"SD923 quiet, exit {expected} as without the fault; full: SD924")
+
+
+def hostile_gpu_name(venv: Venv, folder: Path) -> None:
+    """Escapes, a carriage return and a forged line in a GPU name from a --facts file."""
+    facts = json.loads((ROOT / "tests" / "profiles" / "linux-h200-ready.json")
+                       .read_text(encoding="utf-8"))
+    facts["gpu"]["gpus"][0]["name"] = HOSTILE_NAME
+    path = folder / "facts.json"
+    path.write_text(json.dumps(facts), encoding="utf-8")
+    out = ""
+    for args in (["check", "-v"], ["plan"], ["install", "--dry-run"]):
+        done = _cli([*args, "--facts", str(path)])
+        out += done.stdout + done.stderr
+    report = _cli(["check", "--json", "--facts", str(path)]).stdout
+    bad = [c for c in ("\x1b", "\x07", "\r", "\u202e") if c in out + report]
+    if bad or json.loads(report)["facts"]["gpu"]["gpus"][0]["name"] != HOSTILE_NAME:
+        raise WrongOutcome(f"reached the terminal: {bad!r}")
+    raise Handled("defused in text, kept (escaped) in JSON")
+
+
+def sighup_in_the_tui(venv: Venv, folder: Path) -> None:
+    """The TUI on a pseudo-terminal mid-build, its terminal closed: the kernel's SIGHUP."""
+    if sys.platform == "win32" or not Path("/proc/self/stat").exists():
+        raise Unavailable("needs a POSIX pseudo-terminal and /proc")
+    from tests.test_tui_hangup import DRIVER, PROFILE, alive, on_a_terminal
+
+    pids = folder / "pids"
+    env = dict(os.environ, TERM="xterm-256color", COLUMNS="80", LINES="24",
+               BUILD_PIDS=str(pids), XDG_STATE_HOME=str(folder / "state"),
+               XDG_CACHE_HOME=str(folder / "cache"))
+    cfg = {"python": str(venv.python), "source": str(fake_source(folder / "src", slow=True)),
+           "profile": str(PROFILE), "logs": str(folder / "logs")}
+    proc, main, _seen = on_a_terminal([sys.executable, "-c", DRIVER, json.dumps(cfg)], env)
+    try:
+        deadline = time.monotonic() + 90
+        while not (pids.is_file() and pids.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        build = [int(p) for p in pids.read_text().split()]
+        os.close(main)
+        code = proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in build) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if code != 129 or any(alive(p) for p in build):
+        raise WrongOutcome(f"exit {code}; build still running: {any(alive(p) for p in build)}")
+    raise Handled("cancelled as Esc -> y, build group killed, exit 129")
+
+
+class Handled(Exception):
+    """A fault met by design without one of our errors: said how (counted as passed)."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__(how)
+        self.how = how
+
+
 class Unavailable(Exception):
     """This machine cannot inject the fault (not counted)."""
 
@@ -285,6 +449,13 @@ FAULTS: list[tuple[str, str, Callable[[Venv, Path], None]]] = [
     ("smoke check", "a kernel that returns garbage", wrong_kernel),
     ("smoke check", "cancelled from the progress callback", cancel_at_smoke),
     ("enable-invokeai", "a FIFO where invokeai.yaml should be", config_is_a_fifo),
+    ("download", "a truncated source archive", truncated_archive),
+    ("probe", "a sitecustomize that prints", sitecustomize_noise),
+    ("journal", "no space left in the state folder", state_disk_full),
+    ("download", "an escape and '..' in a file name", hostile_file_name),
+    ("cli output", "stdout closed, its reader gone, full", closed_stdout),
+    ("cli output", "escapes in a GPU name (--facts)", hostile_gpu_name),
+    ("tui", "SIGHUP (terminal closed) mid-build", sighup_in_the_tui),
 ]
 
 
@@ -300,6 +471,12 @@ def inject(venv: Venv, step: str, name: str, fault: Callable[[Venv, Path], None]
         note = exc.message[:90]
     except SignalOutcome as exc:
         outcome = exc.code
+    except Handled as exc:
+        outcome = "handled"
+        note = exc.how
+    except WrongOutcome as exc:
+        outcome = "WRONG"
+        note = str(exc)[:90]
     except Unavailable as exc:
         return Result(step, name, "not injectable", True, 0, 0, 0.0, str(exc))
     except Exception as exc:  # a crash: the suite fails
@@ -363,7 +540,8 @@ def main() -> int:
         results = run_faults(root)
         print_faults(results)
     bad = [r for r in results if r.outcome != "not injectable"
-           and (not r.intact or r.lost or not r.outcome.startswith(("SD", "killed; next run: SD")))]
+           and (not r.intact or r.lost or not r.outcome.startswith(
+               ("SD", "killed; next run: SD", "handled")))]
     for r in bad:
         print(f"FAILED: {r.step}: {r.fault}: {r.outcome}, intact={r.intact}, lost={r.lost}")
     return 1 if failed or bad else 0

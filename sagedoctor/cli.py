@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from . import __version__, exit_codes
 from .areas import AREAS
-from .errors import SagedoctorError, TargetError
+from .errors import OutOfSpace, SagedoctorError, TargetError, disk_full
 
 if TYPE_CHECKING:
     from .commands.plan import PlanOptions
@@ -31,11 +31,61 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _safe_streams() -> None:
+    # A descriptor closed before we started (`sagedoctor check >&-`): Python gives None. The
+    # work still runs and exits with its own status; its output goes nowhere.
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (held to exit)
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
     # A path the console's code page cannot show (cp1252 and Cyrillic) must not crash a report.
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
+    # Escape sequences from outside (a GPU name, a tool's output) never reach the terminal.
+    from .terminal_text import SafeTextStream
+
+    if not isinstance(sys.stdout, SafeTextStream):
+        sys.stdout = SafeTextStream(sys.stdout)
+    if not isinstance(sys.stderr, SafeTextStream):
+        sys.stderr = SafeTextStream(sys.stderr)
+
+
+def _print_error(exc: SagedoctorError) -> int:
+    print(f"sagedoctor: error {exc.code}: {exc.message}", file=sys.stderr)
+    if exc.fix:
+        print(f"  fix: {exc.fix}", file=sys.stderr)
+    return exc.exit_status
+
+
+def _output_outcome(code: int, argv: Sequence[str]) -> int:
+    """What became of standard output. Closed (a pipe's reader quit, `>&-`): quietly the
+    command's own status, as the work ran to its end (-v says SD923). Failed otherwise (a
+    full disk under a redirect): the output is incomplete, so SD924 and exit 3."""
+    import errno
+
+    from .errors import OutputClosed, OutputFailed
+
+    sys.stdout.flush()
+    failure = getattr(sys.stdout, "failure", None)
+    if failure is None:
+        return code
+    why = (failure.strerror if isinstance(failure, OSError) else None) or str(failure)
+    closed = not isinstance(failure, OSError) or failure.errno in (
+        errno.EPIPE, errno.EBADF, errno.ECONNRESET, errno.EINVAL)
+    if closed:
+        if "-v" in argv or "--verbose" in argv:
+            _print_error(OutputClosed(f"standard output was closed ({why}); the rest of the "
+                                      "output was dropped", ""))
+        return code
+    return _print_error(OutputFailed(
+        f"the output could not be written to standard output ({why}); what was written is "
+        "incomplete", "free space on the disk it is redirected to, or write it elsewhere, "
+                      "and run again"))
+
+
+def _on_a_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _at_least_one(text: str) -> int:
@@ -256,13 +306,25 @@ def _inspect(args: argparse.Namespace, areas: tuple[str, ...]) -> Facts:
 
 def main(argv: Sequence[str] | None = None) -> int:
     _safe_streams()
+    args = list(sys.argv[1:] if argv is None else argv)
+    return _output_outcome(_main(args), args)
+
+
+def _main(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        if not _on_a_terminal():
             parser.print_help()
             return 0
         args = parser.parse_args(["tui"])
+    elif args.command == "tui" and not _on_a_terminal():
+        # A full-screen app without a terminal would hang on its input: what bare
+        # `sagedoctor` prints instead, and a usage error (the TUI was asked for by name).
+        parser.print_help()
+        print("sagedoctor: error: the TUI needs a terminal (standard input and output); "
+              "use the commands above", file=sys.stderr)
+        return EXIT_USAGE
     try:
         from .settings import check_settings
 
@@ -346,14 +408,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_verify(Path(target.executable), Path(target.prefix), args.quick,
                               args.json, repeat=args.repeat, fresh=args.fresh)
     except SagedoctorError as exc:
-        print(f"sagedoctor: error {exc.code}: {exc.message}", file=sys.stderr)
-        if exc.fix:
-            print(f"  fix: {exc.fix}", file=sys.stderr)
-        return exc.exit_status
+        return _print_error(exc)
     except KeyboardInterrupt:
         print("sagedoctor: interrupted", file=sys.stderr)
         return exit_codes.INTERRUPTED
-    except Exception:
+    except Exception as exc:
+        if disk_full(exc):  # the state folder, the logs, the backups or the cache
+            if getattr(args, "verbose", False):
+                traceback.print_exc()
+            where = getattr(exc, "filename", None) or "a folder sagedoctor writes to"
+            return _print_error(OutOfSpace(where))
         if getattr(args, "verbose", False):
             traceback.print_exc()
         else:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from . import exit_codes
 
 
@@ -47,3 +50,50 @@ class SettingError(SagedoctorError):
             f"fix or unset {variable}",
         )
         self.variable = variable
+
+
+def disk_full(exc: BaseException) -> bool:
+    """ENOSPC, or a disk quota used up (EDQUOT): the same remedy."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC,
+                                                      getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+class OutOfSpace(SagedoctorError):
+    """A disk sagedoctor writes to (its state, logs, backups or cache) is full."""
+
+    code = "SD922"
+
+    def __init__(self, path: object, what: str = "") -> None:
+        where = f" ({what})" if what else ""
+        super().__init__(
+            f"no space left on the disk holding {path}{where}",
+            "free some space on that disk, then run again; an install that stopped on it "
+            "was rolled back, and its log says what was done")
+
+
+class OutputClosed(SagedoctorError):
+    """Standard output went away (the reader of a pipe quit, or it was closed): the rest of
+    the output is dropped quietly, the work goes on, the exit status is the command's own."""
+
+    code = "SD923"
+
+
+class OutputFailed(SagedoctorError):
+    """Standard output could not be written (a full disk under a redirect, an I/O error):
+    what was written is incomplete, so the command fails (exit 3) and says so on stderr."""
+
+    code = "SD924"
+
+
+@contextlib.contextmanager
+def room_needed(path: object, what: str) -> Iterator[None]:
+    """A full disk while writing ``path`` becomes OutOfSpace naming it (an OSError raised at
+    write or flush carries no file name of its own)."""
+    try:
+        yield
+    except OSError as exc:
+        if disk_full(exc):
+            raise OutOfSpace(path, what) from exc
+        raise

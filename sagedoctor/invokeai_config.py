@@ -10,7 +10,6 @@ copy is first loaded by InvokeAI's own loader in the target interpreter.
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import stat
@@ -21,7 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import SagedoctorError
-from .proc import ToolMissing, ToolTimeout, run_tool
+from .file_meta import FileMeta, meta_of, restore_meta, write_keeping_meta
+from .proc import ToolMissing, ToolTimeout
+from .target_answer import ask_target, with_answer_function
 
 MAX_CONFIG_BYTES = 1_000_000
 BOM = b"\xef\xbb\xbf"
@@ -48,9 +49,12 @@ class ConfigEdit:
     backup: str | None  # None: the file did not exist before
     settings: tuple[tuple[str, str], ...]
     validated_by: str
+    meta: FileMeta | None = None  # the file's mode, owner and group before the edit
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        data = asdict(self)
+        data["meta"] = self.meta.to_dict() if self.meta is not None else None
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> ConfigEdit:
@@ -60,7 +64,8 @@ class ConfigEdit:
                 or not (backup is None or isinstance(backup, str))):
             raise InvokeAIConfigError("the InvokeAI edit record is damaged", "")
         pairs = tuple((str(k), str(v)) for k, v in settings)
-        return cls(str(data["path"]), backup, pairs, str(data.get("validated_by", "")))
+        return cls(str(data["path"]), backup, pairs, str(data.get("validated_by", "")),
+                   FileMeta.from_dict(data.get("meta")))
 
 
 # --- is InvokeAI running? -------------------------------------------------------------------
@@ -222,22 +227,22 @@ def edited_text(text: str, settings: Mapping[str, str], path: Path) -> str:
     return out.getvalue()
 
 
-_LOADER_SCRIPT = r"""
-import json, sys
+_LOADER_SCRIPT = with_answer_function(r"""
+import sys
 from pathlib import Path
 try:
     from invokeai.app.services.config.config_default import load_and_migrate_config
 except Exception as exc:
-    print(json.dumps({"loader": False, "error": "%s: %s" % (type(exc).__name__, exc)}))
+    _answer({"loader": False, "error": "%s: %s" % (type(exc).__name__, exc)})
     sys.exit(0)
 try:
     load_and_migrate_config(Path(sys.argv[1]))
 except BaseException as exc:
-    print(json.dumps({"loader": True, "ok": False,
-                      "error": ("%s: %s" % (type(exc).__name__, exc))[:2000]}))
+    _answer({"loader": True, "ok": False,
+             "error": ("%s: %s" % (type(exc).__name__, exc))[:2000]})
     sys.exit(0)
-print(json.dumps({"loader": True, "ok": True}))
-"""
+_answer({"loader": True, "ok": True})
+""")
 
 
 def prove_loads(python: Path, text: str, settings: Mapping[str, str], path: Path) -> str:
@@ -249,10 +254,9 @@ def prove_loads(python: Path, text: str, settings: Mapping[str, str], path: Path
         copy = Path(tmp) / "invokeai.yaml"
         copy.write_text(text, encoding="utf-8")
         try:
-            done = run_tool([str(python), "-I", "-c", _LOADER_SCRIPT, str(copy)],
-                            timeout=LOADER_TIMEOUT_S)
-            answer = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout else {}
-        except (ToolMissing, ToolTimeout, ValueError, IndexError) as exc:
+            answer = ask_target([str(python), "-I", "-c", _LOADER_SCRIPT, str(copy)],
+                                timeout=LOADER_TIMEOUT_S).json()
+        except (ToolMissing, ToolTimeout, ValueError, RecursionError) as exc:
             answer = {"loader": False, "error": str(exc)}
     if not isinstance(answer, dict):
         answer = {"loader": False, "error": "unexpected answer"}
@@ -274,17 +278,12 @@ def prove_loads(python: Path, text: str, settings: Mapping[str, str], path: Path
             f"{str(answer.get('error', ''))[:200]})")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _atomic_write(path: Path, data: bytes, meta: FileMeta | None) -> None:
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        write_keeping_meta(path, data, meta)
+    except OSError as exc:
+        raise InvokeAIConfigError(f"cannot write {path}: {exc.strerror or exc}",
+                                  "check the permissions of the file and its folder") from exc
 
 
 def backup_path(path: Path, now: datetime) -> Path:
@@ -319,15 +318,18 @@ def apply_settings(path: Path, settings: Mapping[str, str], python: Path, venv: 
     new_text = edited_text(text, settings, path)
     validated_by = prove_loads(python, new_text, settings, path)
     backup = None
+    meta = meta_of(path) if exists else None
     if exists:
         backup = backup_path(path, now or datetime.now(timezone.utc))
-        shutil.copy2(path, backup)
+        shutil.copy2(path, backup)  # the mode too; the owner and group where we may
+        if meta is not None:
+            restore_meta(backup, meta)
     edit = ConfigEdit(str(path), str(backup) if backup else None, tuple(settings.items()),
-                      validated_by)
+                      validated_by, meta)
     if before_write is not None:
         before_write(edit)
     data = (BOM if bom else b"") + new_text.replace("\n", newline).encode("utf-8")
-    _atomic_write(path, data)
+    _atomic_write(path, data, meta)
     return edit
 
 
@@ -340,8 +342,9 @@ def undo_edit(edit: ConfigEdit) -> str:
     backup = Path(edit.backup)
     if not backup.is_file():
         raise InvokeAIConfigError(f"the backup {backup} is gone", f"check {path} by hand")
-    _atomic_write(path, backup.read_bytes())
-    return f"restored {path} from {backup}"
+    _atomic_write(path, backup.read_bytes(), edit.meta or meta_of(path) or meta_of(backup))
+    backup.unlink(missing_ok=True)  # the file is as it was: its copy has done its job
+    return f"restored {path} from {backup} (its mode, owner and group too; the backup removed)"
 
 
 def enable_invokeai(settings: Iterable[tuple[str, str]], config_path: str | None,

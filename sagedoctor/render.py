@@ -1,9 +1,10 @@
-"""Findings -> text (a line per area, flutter-doctor style) and JSON."""
+"""Findings -> text (a line per area, flutter-doctor style) and JSON. What came from outside
+(GPU names, versions, paths, a tool's output) is stripped of control characters in the text
+and escaped (\\uXXXX) in the JSON (terminal_text.py)."""
 
 from __future__ import annotations
 
 import codecs
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -12,6 +13,7 @@ from .areas import AREAS
 from .diagnose import exit_code
 from .facts import FACTS_SCHEMA_VERSION, Facts, facts_to_dict
 from .findings import SUMMARY_CODES, Finding
+from .terminal_text import one_line, safe_json
 
 REPORT_SCHEMA_VERSION = 1
 AREA_TITLES = {
@@ -72,7 +74,7 @@ def render_text(
     header: str = "",
 ) -> str:
     style = _Style(color, unicode)
-    lines = [header] if header else []
+    lines = [one_line(header)] if header else []
     for area in [a for a in AREAS if a in areas]:
         items = [f for f in findings if f.area == area]
         title = AREA_TITLES[area]
@@ -81,15 +83,15 @@ def render_text(
             continue
         summary = next((f for f in items if f.code in SUMMARY_CODES), None)
         worst = _worst(items)
-        head = summary.detail if summary else items[0].title
+        head = one_line(summary.detail if summary else items[0].title)
         lines.append(f"[{style.mark(worst)}] {style.bold(title)}: {head}")
         for f in items:
             if f is summary or (f.severity == "ok" and not verbose):
                 continue
-            detail = f": {f.detail}" if f.detail else ""
-            lines.append(f"    {style.mark(f.severity)} {f.code} {f.title}{detail}")
+            detail = f": {one_line(f.detail)}" if f.detail else ""
+            lines.append(f"    {style.mark(f.severity)} {f.code} {one_line(f.title)}{detail}")
             if f.fix and (f.severity in ("warn", "error") or verbose):
-                lines.append(f"      fix: {f.fix}")
+                lines.append(f"      fix: {one_line(f.fix)}")
     lines.append("")
     lines.append(summary_line(findings, style))
     return "\n".join(lines) + "\n"
@@ -101,7 +103,7 @@ def summary_line(findings: Sequence[Finding], style: _Style | None = None) -> st
     if code == 2:
         fatal = next(f for f in findings if f.fatal)
         return style.paint(f"{style.marks['error']} SageAttention cannot work on this machine: "
-                           f"{fatal.title} ({fatal.code}).", "error")
+                           f"{one_line(fatal.title)} ({fatal.code}).", "error")
     if code == 1:
         errors = [f for f in findings if f.severity == "error"]
         areas = {f.area for f in errors}
@@ -129,9 +131,9 @@ def report_dict(facts: Facts, findings: Sequence[Finding]) -> dict[str, Any]:
 def render_json(facts: Facts, findings: Sequence[Finding], encoding: str | None = "utf-8") -> str:
     """The JSON report; \\u escapes where ``encoding`` (the stream's) cannot carry a character,
     so a Cyrillic path on a cp1252 console is still valid, identical JSON."""
-    text = json.dumps(report_dict(facts, findings), indent=2, ensure_ascii=False) + "\n"
+    text = safe_json(report_dict(facts, findings)) + "\n"
     if not can_encode(text, encoding):
-        text = json.dumps(report_dict(facts, findings), indent=2, ensure_ascii=True) + "\n"
+        text = safe_json(report_dict(facts, findings), ensure_ascii=True) + "\n"
     return text
 
 

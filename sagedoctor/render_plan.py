@@ -1,14 +1,15 @@
 """Plan (or the findings that block it) -> text and JSON. One renderer for `plan`,
-`install --dry-run` and the install report, so what is shown is what is done."""
+`install --dry-run` and the install report, so what is shown is what is done. Text from
+outside is stripped of control characters, and escaped (\\uXXXX) in the JSON."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import Any
 
 from .diagnose import exit_code
 from .resolve import Blocked, Plan, Step
+from .terminal_text import one_line, safe_json
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -43,7 +44,7 @@ def plan_exit_code(result: Plan | Blocked) -> int:
 
 
 def render_plan_json(result: Plan | Blocked, index_source: str) -> str:
-    return json.dumps(plan_dict(result, index_source), indent=2, ensure_ascii=False) + "\n"
+    return safe_json(plan_dict(result, index_source)) + "\n"
 
 
 def render_plan_text(result: Plan | Blocked, *, header: str = "") -> str:
@@ -54,7 +55,7 @@ def render_plan_text(result: Plan | Blocked, *, header: str = "") -> str:
             lines.append(f"  x {f.code} {f.title}" + (f": {f.detail}" if f.detail else ""))
             if f.fix:
                 lines.append(f"      fix: {f.fix}")
-        return "\n".join(lines) + "\n"
+        return _joined(lines)
     if not result.steps:
         lines.append(f"Nothing to do: SageAttention in {result.prefix} already matches this "
                      "machine. `sagedoctor verify` proves it on the GPU.")
@@ -80,4 +81,9 @@ def render_plan_text(result: Plan | Blocked, *, header: str = "") -> str:
             lines.append(f"     path: {path}")
     for note in result.notes:
         lines.append(f"  note: {note}")
-    return "\n".join(lines) + "\n"
+    return _joined(lines)
+
+
+def _joined(lines: list[str]) -> str:
+    # Each line on its own: a path or title from outside cannot add a line or an escape.
+    return "\n".join(one_line(line) for line in lines) + "\n"

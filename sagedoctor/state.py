@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .errors import OutOfSpace, disk_full
+
 SCHEMA_VERSION = 1
 VERDICTS = ("routing", "sdpa-only", "broken")
 Status = Literal["verified", "unverified", "corrupt"]
@@ -82,10 +84,19 @@ def load_record(prefix: Path) -> VerifyRecord | None:
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The record whole or not at all: on a full disk the old one stays and no partial
+    temporary file is left behind (SD922 names the folder)."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if disk_full(exc):
+            raise OutOfSpace(path.parent, "sagedoctor's record of what verify proved; the "
+                             "previous one is kept") from exc
+        raise
 
 
 def save_record(prefix: Path, record: VerifyRecord,

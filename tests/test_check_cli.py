@@ -225,5 +225,5 @@ def test_an_interpreter_that_answers_garbage_is_a_could_not_check_finding(tmp_pa
     fake.chmod(0o755)
     code, report = check_json(["python", "--python", str(fake)], clean_env(tmp_path))
     failure = next(f for f in report["findings"] if f["code"] == "SD190")
-    assert "not JSON" in failure["detail"]
+    assert "gave no answer" in failure["detail"] and "Welcome to Python!" in failure["detail"]
     assert code == 1

@@ -47,17 +47,26 @@ def fake_python(folder: Path, body: str) -> Path:
     return python
 
 
+NOISE = (b"", b"hello from sitecustomize\n", b"no newline {", json.dumps(ANSWER).encode())
+
+
 @fuzz(30)
 @given(st.one_of(byte_mutations(json.dumps(ANSWER).encode()), st.binary(max_size=300),
-                 st.just(b"[" * 200_000), st.just(b"1" * 20_000),
-                 st.just(b"hello from sitecustomize\n" + json.dumps(ANSWER).encode())),
-       st.sampled_from([0, 0, 1, 137]))
-@example(json.dumps(ANSWER).encode(), 0)
-def test_whatever_the_interpreter_prints_is_facts_or_sd902(answer: bytes, status: int) -> None:
+                 st.just(b"[" * 200_000), st.just(b"1" * 20_000)),
+       st.sampled_from([0, 0, 1, 137]), st.sampled_from(NOISE), st.booleans())
+@example(json.dumps(ANSWER).encode(), 0, b"hello from sitecustomize\n", True)
+@example(json.dumps(ANSWER).encode(), 0, b"", False)
+def test_whatever_the_interpreter_prints_is_facts_or_sd902(answer: bytes, status: int,
+                                                           noise: bytes, framed: bool) -> None:
+    """`noise` is what the venv prints by itself (a sitecustomize), before the framed answer;
+    an interpreter that does not frame its answer is not sagedoctor's script answering."""
     with tempfile.TemporaryDirectory() as tmp:
-        payload = Path(tmp) / "answer"
+        payload, before = Path(tmp) / "answer", Path(tmp) / "noise"
         payload.write_bytes(answer)
-        python = fake_python(Path(tmp) / "venv ü" / "bin", f'cat "{payload}"\nexit {status}\n')
+        before.write_bytes(noise)
+        frame = 'printf %s "$SAGEDOCTOR_ANSWER_TOKEN"\n' if framed else ""
+        python = fake_python(Path(tmp) / "venv ü" / "bin",
+                             f'cat "{before}"\n{frame}cat "{payload}"\n{frame}exit {status}\n')
 
         def probe() -> None:
             try:
@@ -65,9 +74,12 @@ def test_whatever_the_interpreter_prints_is_facts_or_sd902(answer: bytes, status
             except TargetError as exc:
                 assert str(python) in exc.message
                 raise
+            assert framed and status == 0
             assert facts.python_version == ANSWER["python_version"]
 
-        outcome("target probe answer (interpreter output)", probe)
+        result = outcome("target probe answer (interpreter output)", probe)
+        if framed and status == 0 and answer == json.dumps(ANSWER).encode():
+            assert result == "parsed"
 
 
 @pytest.mark.parametrize("body", [
@@ -93,5 +105,6 @@ def test_an_answer_just_under_the_cap_is_read(tmp_path: Path) -> None:
     assert len(padded) < MAX_ANSWER_BYTES
     payload = tmp_path / "answer"
     payload.write_text(padded, encoding="utf-8")
-    python = fake_python(tmp_path / "bin", f'cat "{payload}"\n')
+    frame = 'printf %s "$SAGEDOCTOR_ANSWER_TOKEN"\n'
+    python = fake_python(tmp_path / "bin", f'{frame}cat "{payload}"\n{frame}')
     assert probe_target(python).pip == "x" * (MAX_ANSWER_BYTES - 100_000)

@@ -8,6 +8,7 @@ import io
 import json
 import subprocess
 import tarfile
+import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -149,7 +150,14 @@ def test_unexpected_changes_names_each_distribution() -> None:
 
 # --- downloads -------------------------------------------------------------------------------
 
-PAYLOAD = b"not really a wheel, but bytes with a digest"
+def _zip_bytes() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("sageattention/__init__.py", "a small but whole zip, with a digest\n")
+    return buffer.getvalue()
+
+
+PAYLOAD = _zip_bytes()
 
 
 class _Files(BaseHTTPRequestHandler):

@@ -113,9 +113,16 @@ def test_a_declared_size_over_the_bound_is_refused_before_reading(site: Site,
 def test_a_damaged_cache_entry_is_a_miss_not_an_install(tmp_path: Path) -> None:
     cache = Cache(tmp_path / "cache")
     source = tmp_path / "f.whl"
-    source.write_bytes(b"good")
-    digest = hashlib.sha256(b"good").hexdigest()
+    good = sage_wheel(tmp_path / "w").read_bytes()
+    source.write_bytes(good)
+    digest = hashlib.sha256(good).hexdigest()
     stored = cache.store(source, "f.whl", digest, "https://x.org/f.whl")
     assert cache.lookup("f.whl", None, "https://x.org/f.whl") == stored
     stored.write_bytes(b"evil")
     assert cache.lookup("f.whl", digest, "https://x.org/f.whl") is None
+    assert stored.exists()  # a plain lookup (the TUI's sizes) removes nothing
+    said: list[str] = []
+    assert cache.lookup("f.whl", digest, "https://x.org/f.whl", on_damaged=said.append) is None
+    assert not stored.exists() and cache.measured("https://x.org/f.whl") is None
+    assert said == ["f.whl in the download cache is damaged: its sha256 is no longer the one "
+                    "it was stored under; removed it, so it is downloaded afresh"]

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from sagedoctor.install.errors import HostileDownload, NotInCache
+from sagedoctor.install.cache import Cache
+from sagedoctor.install.errors import DamagedDownload, HostileDownload, NotInCache
 from sagedoctor.install.execute import Executor, installed_distributions
 from sagedoctor.install.runner import Installer, InstallError
 from sagedoctor.install_record import read_record
@@ -310,6 +311,63 @@ def test_a_redirect_to_another_host_is_refused(venv: tuple[Path, Path], tmp_path
     assert not list((tmp_path / "cache").rglob("*.whl"))
 
 
+def test_a_truncated_source_archive_is_never_cached_and_the_fixed_mirror_installs(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    python, packages = venv
+    before = tree_hashes(packages)
+    good = source_archive(tmp_path)
+    route = f"/archive/{COMMIT}.tar.gz"
+    site.routes[route] = good[:len(good) // 2]  # the mirror serves half, with its length
+    step = Step("build-from-source", "Build", "why", ("sageattention",),
+                build=settings_for(site.url(route), commit=COMMIT))  # no digest pinned
+    for _ in range(2):  # the second run downloads again: nothing damaged was kept
+        with pytest.raises(DamagedDownload, match="damaged: it ends early"):
+            run(python, tmp_path, step)
+        assert tree_hashes(packages) == before
+        assert not list((tmp_path / "cache" / "files").rglob("*.tar.gz"))
+    assert site.requests.count(route) == 2
+    site.routes[route] = good  # the mirror is fixed
+    _executor, out = run(python, tmp_path, step)
+    assert "building:" in out and installed_distributions(python)["sageattention"] == "2.2.0"
+
+
+def test_a_damaged_archive_in_the_cache_is_dropped_and_fetched_again(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    python, _packages = venv
+    good = source_archive(tmp_path)
+    route = f"/archive/{COMMIT}.tar.gz"
+    name = f"SageAttention-{COMMIT}.tar.gz"
+    # What an older sagedoctor left: the truncated archive, cached under the digest it measured.
+    truncated = tmp_path / name
+    truncated.write_bytes(good[:len(good) // 2])
+    cache = Cache(tmp_path / "cache")
+    cached = cache.store(truncated, name, hashlib.sha256(good[:len(good) // 2]).hexdigest(),
+                         site.url(route))
+    site.routes[route] = good
+    step = Step("build-from-source", "Build", "why", ("sageattention",),
+                build=settings_for(site.url(route), commit=COMMIT))
+    _executor, out = run(python, tmp_path, step)
+    assert f"{name} in the download cache is damaged: it ends early (truncated); removed it" \
+        in out
+    assert site.requests == [route] and not cached.exists()
+    assert installed_distributions(python)["sageattention"] == "2.2.0"
+    assert cache.measured(site.url(route)) == hashlib.sha256(good).hexdigest()
+
+
+def test_a_truncated_wheel_without_a_digest_is_refused_and_not_cached(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    python, packages = venv
+    before = tree_hashes(packages)
+    wheel = sage_wheel(tmp_path / "w")
+    step = wheel_step(site, wheel, sha256=None)
+    site.routes[f"/dl/{wheel.name}"] = wheel.read_bytes()[:-200]
+    with pytest.raises(DamagedDownload, match="not a whole zip archive"):
+        run(python, tmp_path, step)
+    assert tree_hashes(packages) == before
+    assert not list((tmp_path / "cache").rglob("*.whl")) and not list(tmp_path.rglob("*.part"))
+    assert Cache(tmp_path / "cache").measured(step.wheel.url) is None  # type: ignore[union-attr]
+
+
 # --- progress on long work ------------------------------------------------------------------------
 
 def test_a_slow_download_reports_its_bytes_as_it_goes(venv: tuple[Path, Path], tmp_path: Path,
@@ -342,3 +400,18 @@ def test_a_long_build_says_its_time_and_latest_line(venv: tuple[Path, Path],
     assert [int(b[0]) for b in beats] == sorted(int(b[0]) for b in beats)
     assert "[1/2] compiling the stand-in kernel" in {line for _s, line in beats}
     assert out.index("still building") < out.index("built sageattention-2.2.0")
+
+
+def test_a_venv_that_prints_at_start_up_is_refused_by_uv_with_the_reason(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    """sagedoctor's own queries ignore the noise; uv reads the interpreter's stdout and cannot,
+    so the install stops at uv's first call, says why, and changes nothing."""
+    python, packages = venv
+    (packages / "sitecustomize.py").write_text("print('hello from sitecustomize')\n",
+                                               encoding="utf-8")
+    before = tree_hashes(packages)
+    with pytest.raises(InstallError) as caught:
+        run(python, tmp_path, wheel_step(site, sage_wheel(tmp_path / "w")))
+    assert "prints something of its own at start-up" in caught.value.message
+    assert "make that start-up code quiet" in caught.value.fix
+    assert tree_hashes(packages) == before

@@ -7,6 +7,8 @@ attention_backend; the newer stand-in declares it)."""
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -93,8 +95,9 @@ def test_newer_release_gets_the_key_with_comments_bom_and_crlf_kept(tmp_path: Pa
     assert edit.backup == str(path.with_name(
         "invokeai.yaml.sagedoctor-20261203T084000000000Z.bak"))
     assert Path(edit.backup).read_bytes() == before
-    assert undo_edit(edit) == f"restored {path} from {edit.backup}"
-    assert path.read_bytes() == before
+    assert undo_edit(edit) == (f"restored {path} from {edit.backup} (its mode, owner and "
+                               "group too; the backup removed)")
+    assert path.read_bytes() == before and not Path(edit.backup).exists()
 
 
 def test_6_14_2_loader_rejects_the_key_and_nothing_changes(tmp_path: Path) -> None:
@@ -173,3 +176,55 @@ def test_unusable_files_are_refused_untouched(tmp_path: Path, content: bytes) ->
         apply_settings(path, {"attention_backend": "sage"}, venv_python(venv), venv,
                        none_running, NOW)
     assert path.read_bytes() == content
+
+
+def other_group() -> int | None:
+    """A group this user may give a file that is not its own primary one (root: daemon's, 1;
+    a user: a supplementary group), or None where there is none."""
+    if not hasattr(os, "getuid"):
+        return None
+    if os.getuid() == 0:
+        return 1
+    return next((g for g in os.getgroups() if g != os.getegid()), None)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes and groups")
+def test_an_edit_and_its_undo_keep_mode_owner_and_group(tmp_path: Path) -> None:
+    venv = invokeai_venv(tmp_path, "6.15.0", [*OLD_FIELDS, "attention_backend"])
+    path = venv.parent / "invokeai.yaml"
+    group = other_group()
+    if group is not None:
+        os.chown(path, -1, group)
+    path.chmod(0o640)
+    before = path.stat()
+    want = (0o640, before.st_uid, before.st_gid)
+
+    def meta(p: Path) -> tuple[int, int, int]:
+        info = p.stat()
+        return stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
+
+    edit = apply_settings(path, {"attention_backend": "sage"}, venv_python(venv), venv,
+                          none_running, NOW)
+    assert path.read_bytes().endswith(b"attention_backend: sage\r\n")
+    assert meta(path) == want  # not 0600 and ours
+    assert edit.backup is not None and meta(Path(edit.backup)) == want
+    assert path.stat().st_ino != before.st_ino  # still an atomic replace, not a rewrite
+    said = undo_edit(edit)
+    assert said.startswith(f"restored {path} from {edit.backup}") and "backup removed" in said
+    assert meta(path) == want and path.read_bytes() == CONFIG.encode("utf-8")
+    assert not Path(edit.backup).exists()
+    assert sorted(p.name for p in path.parent.iterdir()) == [".venv", "invokeai.yaml"]
+
+
+def test_a_new_file_gets_the_mode_the_umask_gives(tmp_path: Path) -> None:
+    venv = invokeai_venv(tmp_path, "6.15.0", [*OLD_FIELDS, "attention_backend"])
+    path = venv.parent / "invokeai.yaml"
+    path.unlink()
+    old = os.umask(0o027)
+    try:
+        apply_settings(path, {"attention_backend": "sage"}, venv_python(venv), venv,
+                       none_running, NOW)
+    finally:
+        os.umask(old)
+    if sys.platform != "win32":
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640  # 0666 & ~027, as InvokeAI's own

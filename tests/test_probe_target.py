@@ -66,3 +66,52 @@ def test_toolchain_from_cuda_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("CUDA_HOME", str(home))
     facts = probe_toolchain("linux")
     assert (facts.cuda_home, facts.nvcc_version) == (str(home), "12.8.93")
+
+
+NOISY_SITECUSTOMIZE = (
+    "import atexit, sys\n"
+    "sys.stdout.write('hello from sitecustomize, no newline {\"json\": 1}')\n"
+    "sys.stdout.flush()\n"
+    "atexit.register(lambda: print('\\nbye from sitecustomize'))\n"
+)
+
+
+def test_a_sitecustomize_that_prints_does_not_stop_the_probe(tmp_path: Path) -> None:
+    venv = tmp_path / "noisy venv é"
+    site = make_venv(venv)
+    add_torch(site, (H200 / "torch-version.py").read_text(encoding="utf-8"))
+    (site / "sitecustomize.py").write_text(NOISY_SITECUSTOMIZE, encoding="utf-8")
+    (site / "zz-noise.pth").write_text("import sys; print('a .pth line prints too')\n",
+                                       encoding="utf-8")
+
+    facts = probe_target(venv_python(venv))
+
+    assert facts.prefix == str(venv)
+    assert facts.torch is not None and facts.torch.full_version == "2.11.0+cu130"
+
+
+def test_the_install_steps_read_a_noisy_venv_too(tmp_path: Path) -> None:
+    from sagedoctor.install.execute import installed_distributions
+    from sagedoctor.install.transaction import target_state
+
+    venv = tmp_path / "noisy"
+    site = make_venv(venv)
+    add_dist(site, "triton", "3.2.0")
+    (site / "sitecustomize.py").write_text(NOISY_SITECUSTOMIZE, encoding="utf-8")
+
+    assert installed_distributions(venv_python(venv))["triton"] == "3.2.0"
+    state = target_state(venv_python(venv), ["triton"])
+    assert [e["version"] for e in state["dists"]["triton"]] == ["3.2.0"]
+
+
+def test_an_interpreter_that_never_answers_says_what_it_printed(tmp_path: Path) -> None:
+    from sagedoctor.errors import TargetError
+
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\ncat > /dev/null\necho 'Welcome to Python!'\n", encoding="utf-8")
+    fake.chmod(0o755)
+    with pytest.raises(TargetError) as caught:
+        probe_target(fake)
+    assert "gave no answer" in caught.value.message
+    assert "Welcome to Python!" in caught.value.message

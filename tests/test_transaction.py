@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -290,6 +291,41 @@ def test_a_failed_smoke_check_after_the_yaml_edit_restores_it_by_hash(
     assert "1 edited config file(s) restored" in info.value.fix
     assert sha256_of(config) == digest
     assert tree_hashes(site) == before
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes and groups")
+def test_a_rollback_puts_invokeai_yaml_back_with_its_mode_owner_and_group(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    from tests.test_install_kit import SAGE_GARBAGE
+
+    python, _site = venv
+    config = tmp_path / "root" / "invokeai.yaml"
+    config.parent.mkdir()
+    config.write_text("# mine\nschema_version: 4.0.3\n", encoding="utf-8")
+    if os.getuid() == 0:
+        os.chown(config, 0, 1)  # root:daemon, as a service install has it
+    config.chmod(0o640)
+    info = config.stat()
+    want = (0o640, info.st_uid, info.st_gid)
+    digest = sha256_of(config)
+    enable = Step("enable-invokeai", "Enable", "why", paths=(str(config),),
+                  config=(("attention_backend", "sage"),))
+    seen: list[tuple[int, int, int]] = []
+
+    def progress(message: str) -> None:
+        if message.startswith("set attention_backend: sage"):  # edited, not yet rolled back
+            now = config.stat()
+            seen.append((stat.S_IMODE(now.st_mode), now.st_uid, now.st_gid))
+
+    with pytest.raises(InstallError, match="smoke check") as info_:
+        executor(python, tmp_path, build_step(fake_source(tmp_path / "src", kernel=SAGE_GARBAGE)),
+                 enable, progress=progress).run("0.1.0")
+    assert seen == [want]
+    assert "1 edited config file(s) restored" in info_.value.fix
+    after = config.stat()
+    assert sha256_of(config) == digest
+    assert (stat.S_IMODE(after.st_mode), after.st_uid, after.st_gid) == want
+    assert sorted(p.name for p in config.parent.iterdir()) == ["invokeai.yaml"]  # no .bak
 
 
 def test_two_installs_at_once_the_second_is_refused_with_its_own_log(

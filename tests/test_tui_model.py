@@ -147,9 +147,10 @@ def test_cached_sizes_come_from_files_in_the_download_cache(
     from sagedoctor.install.cache import Cache, default_cache_dir
     from sagedoctor.resolve import WheelDownload
     from sagedoctor.tui.session import cached_sizes
+    from tests.test_install_kit import sage_wheel
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    data = b"wheel bytes" * 100
+    data = sage_wheel(tmp_path / "w").read_bytes()
     sha = hashlib.sha256(data).hexdigest()
     step = Step("install-wheel", "Install", "why", ("sageattention",),
                 wheel=WheelDownload("sage-2.2.0-py3-none-any.whl", "https://example.org/w.whl",

@@ -8,16 +8,19 @@ built/<key>/<wheel>          a wheel built from (source commit, torch build, Pyt
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import HostileDownload
+from .integrity import archive_problem
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-]{0,250}")
 
@@ -90,16 +93,45 @@ class Cache:
         value = self._read()["measured"].get(url)
         return value if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) else None
 
-    def lookup(self, name: str, sha256: str | None, url: str) -> Path | None:
+    def lookup(self, name: str, sha256: str | None, url: str,
+               on_damaged: Callable[[str], None] | None = None) -> Path | None:
         """The cached file for a known digest (the index's, else the one measured for url);
-        re-hashed, so a damaged cache entry is a miss, never an install."""
+        re-hashed and read through as an archive, so a damaged entry is a miss, never an
+        install. With ``on_damaged``, a damaged entry is also removed (and said), so the
+        download that follows replaces it instead of the next run finding it again."""
         digest = sha256 or self.measured(url)
         if digest is None:
             return None
         path = self.root / "files" / digest / safe_file_name(name, url)
-        if path.is_file() and file_sha256(path) == digest:
+        if not path.is_file():
+            return None
+        try:
+            problem = (None if file_sha256(path) == digest
+                       else "its sha256 is no longer the one it was stored under")
+        except OSError as exc:
+            problem = f"it cannot be read ({exc.strerror or exc})"
+        problem = problem or archive_problem(path, name)
+        if problem is None:
             return path
+        if on_damaged is not None:
+            self.drop(path, url)
+            on_damaged(f"{name} in the download cache is damaged: {problem}; removed it, "
+                       "so it is downloaded afresh")
         return None
+
+    def drop(self, path: Path, url: str) -> None:
+        """Remove a cached file, and forget the digest measured for its url and any index
+        resolution that named it, so nothing points at it any more."""
+        digest = path.parent.name
+        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # only once empty
+        data = self._read()
+        if data["measured"].get(url) == digest:
+            del data["measured"][url]
+        data["resolved"] = {k: v for k, v in data["resolved"].items()
+                            if not (isinstance(v, dict) and v.get("sha256") == digest)}
+        self._write(data)
 
     def store(self, downloaded: Path, name: str, sha256: str, url: str) -> Path:
         folder = self.root / "files" / sha256

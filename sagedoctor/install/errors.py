@@ -1,4 +1,5 @@
-"""Errors of the install transaction (SD911-SD919). InstallError (SD910) stays in runner.py."""
+"""Errors of the install transaction (SD911-SD919, SD921). InstallError (SD910) stays in
+runner.py."""
 
 from __future__ import annotations
 
@@ -37,3 +38,10 @@ class HostileWheel(InstallError):
 
 class SmokeCheckFailed(InstallError):
     code = "SD918"
+
+
+class DamagedDownload(InstallError):
+    """A download that is not whole: shorter than its Content-Length, or an archive that ends
+    early or fails its CRC. Never cached; a damaged cache entry is dropped and fetched again."""
+
+    code = "SD921"

@@ -28,8 +28,9 @@ from packaging.utils import canonicalize_name
 
 from ..install_record import record_install
 from ..invokeai_config import ConfigEdit, enable_invokeai
-from ..proc import ToolMissing, ToolTimeout, run_tool
+from ..proc import ToolMissing, ToolTimeout
 from ..resolve import BuildSettings, Plan, Step
+from ..target_answer import ask_target, with_answer_function
 from .bundle import build_runtime_wheel
 from .cache import Cache, built_key, default_cache_dir, file_sha256, safe_file_name
 from .errors import (
@@ -71,15 +72,16 @@ PACKAGE_ACTIONS = SAGE_ACTIONS | {"install", "bundle-runtime"}
 DEFAULT_INDEX = "https://pypi.org/simple/"
 GITHUB_API = "https://api.github.com"
 REPORT_EVERY_S = 15.0  # progress on a long download or build, so it never looks hung
-_LIST_DISTS = ("import json, importlib.metadata as m\n"
-               "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions() "
-               "if d.metadata['Name']}))")
+_LIST_DISTS = with_answer_function(
+    "import importlib.metadata as m\n"
+    "_answer({d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']})")
 
 
 def installed_distributions(python: Path) -> dict[str, str]:
     try:
-        done = run_tool([str(python), "-I", "-c", _LIST_DISTS], timeout=120)
-        data = json.loads(done.stdout) if done.returncode == 0 else None
+        asked = ask_target([str(python), "-I", "-c", _LIST_DISTS], timeout=120)
+        done = asked.result
+        data = asked.json() if done.returncode == 0 else None
     except (ToolMissing, ToolTimeout, ValueError) as exc:
         raise InstallError(f"could not list the distributions of {python}: {exc}", "") from exc
     if data is None:
@@ -165,8 +167,12 @@ class Executor:
     # --- the run ----------------------------------------------------------------------------
 
     def say(self, message: str) -> None:
-        if self.log is not None:
+        if self.log is not None and self.log.failure is None:
             self.log.write(message)
+            if self.log.failure is not None:
+                reason = self.log.failure.strerror or self.log.failure
+                self.progress(f"the log {self.log.path} cannot be written ({reason}); going "
+                              "on without it")
         self.progress(message)
 
     def run(self, runtime_version: str) -> None:
@@ -283,9 +289,9 @@ class Executor:
 
     def _fetch(self, name: str, url: str, sha256: str | None, source: str | None) -> Path:
         safe_file_name(name, url)
-        hit = self.cache.lookup(name, sha256, url)
+        hit = self.cache.lookup(name, sha256, url, on_damaged=self.say)
         if hit is not None:
-            self.say(f"{name}: from the cache, sha256 checked (no download)")
+            self.say(f"{name}: from the cache, sha256 and archive checked (no download)")
             return hit
         if self.offline:
             raise NotInCache(f"{name} is not in the cache, and --offline forbids downloading",
@@ -330,7 +336,8 @@ class Executor:
         remembered = self.cache.resolution(key) if (_pinned(requirement) or self.offline) \
             else None
         if remembered is not None:
-            hit = self.cache.lookup(remembered["name"], remembered["sha256"], remembered["url"])
+            hit = self.cache.lookup(remembered["name"], remembered["sha256"], remembered["url"],
+                                    on_damaged=self.say)
             if hit is not None:
                 self.say(f"{requirement}: {hit.name} from the cache (no index request)")
                 return hit
@@ -365,7 +372,11 @@ class Executor:
             unpacked = self.work / "archive"
             if unpacked.exists():
                 shutil.rmtree(unpacked)
-            source = extract_source(archive, unpacked)
+            try:
+                source = extract_source(archive, unpacked)
+            except InstallError:
+                self.cache.drop(archive, url)  # the next run fetches it again
+                raise
         assert self.log is not None and self.journal is not None
         build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=self.work))
         journal = self.journal

@@ -8,12 +8,14 @@ import hashlib
 import re
 import tarfile
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from .errors import HostileDownload
+from .errors import DamagedDownload, HostileDownload
+from .integrity import archive_problem
 from .runner import InstallError
 
 MAX_DOWNLOAD_BYTES = 2 << 30  # 2 GiB: SageAttention wheels are tens of MB
@@ -86,6 +88,7 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
     digest = hashlib.sha256()
     partial = dest.with_name(dest.name + ".part")
     size = 0
+    expected_size: int | None = None
     last_report = time.monotonic()
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False) as client:
@@ -99,6 +102,9 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
                     raise HostileDownload(f"{url} is {int(declared)} bytes, over the bound of "
                                           f"{max_bytes}", "refused; nothing was installed")
                 total = int(declared) if declared.isdigit() else None
+                # A content-encoding's length is of the encoded body, not of what we store.
+                encoded = response.headers.get("content-encoding", "identity").strip().lower()
+                expected_size = total if encoded in ("", "identity") else None
                 if on_bytes is not None:
                     on_bytes(0, total)
                 with partial.open("wb") as handle:
@@ -125,11 +131,24 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
         partial.unlink(missing_ok=True)
         raise
     got = digest.hexdigest()
+    if expected_size is not None and size != expected_size:
+        partial.unlink(missing_ok=True)
+        raise DamagedDownload(f"{url}: the server sent {size} of the {expected_size} bytes it "
+                              "announced", "check the network and run again; nothing was "
+                              "installed or cached")
     if sha256 is not None and got != sha256:
         partial.unlink(missing_ok=True)
         raise InstallError(f"{url}: sha256 {got} does not match the index's {sha256}",
                            "the file differs from the one the index names; nothing was "
                            "installed")
+    problem = archive_problem(partial, dest.name)
+    if problem is not None:
+        partial.unlink(missing_ok=True)
+        pinned = ("; its sha256 is the one the index pins, so the index names a damaged file"
+                  if sha256 is not None else "")
+        raise DamagedDownload(f"{url}: the download is damaged: {problem}{pinned}",
+                              "nothing was installed or cached; run again once the server "
+                              "serves the whole file (or pass --source DIR)")
     partial.replace(dest)
     return got
 
@@ -207,7 +226,7 @@ def extract_source(archive: Path, dest: Path) -> Path:
                             or not (member.isfile() or member.isdir())):
                         raise tarfile.TarError(f"unsafe member {member.name!r}")
                 tar.extractall(dest)
-    except (tarfile.TarError, OSError) as exc:
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:  # EOFError: truncated
         raise InstallError(f"{archive.name} could not be unpacked safely: {exc}",
                            "nothing was installed; the archive may be damaged or hostile") \
             from exc

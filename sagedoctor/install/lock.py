@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ..errors import room_needed
 from .errors import InstallLocked
 
 
@@ -54,10 +55,12 @@ def _windows_pid_alive(pid: int) -> bool:
 
 def _read_pid(path: Path) -> int | None:
     try:
-        text = path.read_text(encoding="utf-8").strip()
+        with path.open("rb") as handle:
+            raw = handle.read(32)  # a PID is a few digits; a device or a huge file is none
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    text = raw.decode("ascii", errors="replace").strip()
+    return int(text) if text.isdigit() and len(text) < 20 else None
 
 
 @contextlib.contextmanager
@@ -79,7 +82,8 @@ def venv_lock(folder: Path, prefix: Path, say: Callable[[str], None]) -> Iterato
         if old is not None and old != os.getpid():
             state = "no longer running" if not pid_alive(old) else "still running, unlocked"
             say(f"taking over the install lock of pid {old} ({state})")
-        pid_file.write_text(str(os.getpid()), encoding="utf-8")
+        with room_needed(pid_file, "the install lock's PID file; nothing was changed"):
+            pid_file.write_text(str(os.getpid()), encoding="utf-8")
         yield
     finally:
         pid_file.unlink(missing_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 from pathlib import Path
@@ -15,17 +16,34 @@ class RunLog:
         # name: a caller's own file name (the TUI's screenshot test); appended to, not replaced
         self.path = log_dir / (name or f"install-{stamp}-{os.getpid()}.log")
         self._handle: TextIO = self.path.open("a", encoding="utf-8")
+        # A log that cannot be written (a full disk) is given up, never the install: a
+        # rollback must not stop at its first line. The executor says so once.
+        self.failure: OSError | None = None
 
     def write(self, message: str) -> None:
+        if self.failure is not None:
+            return
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S")
-        self._handle.write(f"{now} {message}\n")
-        self._handle.flush()
+        try:
+            self._handle.write(f"{now} {message}\n")
+            self._handle.flush()
+        except OSError as exc:
+            self.failure = exc
 
     def raw(self, text: str) -> None:
-        self._handle.write(text)
+        if self.failure is None:
+            try:
+                self._handle.write(text)
+            except OSError as exc:
+                self.failure = exc
 
     def flush(self) -> None:
-        self._handle.flush()
+        if self.failure is None:
+            try:
+                self._handle.flush()
+            except OSError as exc:
+                self.failure = exc
 
     def close(self) -> None:
-        self._handle.close()
+        with contextlib.suppress(OSError):  # what it could not write is lost already
+            self._handle.close()

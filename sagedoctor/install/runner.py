@@ -50,7 +50,16 @@ class Installer:
     def _run(self, argv: list[str], what: str, timeout: float = 900) -> None:
         result = run_tool(argv, timeout=timeout)
         if result.returncode != 0:
-            tail = (result.stderr or result.stdout or "").strip().splitlines()[-8:]
+            text = result.stderr or result.stdout or ""
+            if "returned an invalid response" in text and "Querying Python" in text:
+                # uv reads the interpreter's own stdout: a sitecustomize or .pth line that
+                # prints breaks it (sagedoctor's probe ignores such noise, uv cannot).
+                raise InstallError(
+                    f"{what} failed: uv cannot query {self.python}, which prints something "
+                    "of its own at start-up (a sitecustomize.py or a .pth file)",
+                    "make that start-up code quiet (print to stderr, or only when asked), "
+                    "then run again; nothing was changed by this step")
+            tail = text.strip().splitlines()[-8:]
             raise InstallError(f"{what} failed (exit {result.returncode}): " + " | ".join(tail),
                                "the install log has the full output")
 

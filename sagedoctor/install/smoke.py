@@ -7,20 +7,20 @@ stand-in sageattention); the default is every CUDA device torch sees.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..proc import ToolMissing, ToolTimeout, run_tool
+from ..proc import ToolMissing, ToolTimeout
+from ..target_answer import ask_target, with_answer_function
 
 SMOKE_TIMEOUT_S = 300.0
 MIN_COSINE = 0.99
 MAX_REL_L2 = 0.08
 
 # Runs inside the target venv (any Python >= 3.8): stdlib, torch and sageattention only.
-SMOKE_SCRIPT = r"""
-import json, math, sys
+SMOKE_SCRIPT = with_answer_function(r"""
+import math, sys
 def main():
     device_kind, min_cos, max_l2 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
     out = {"devices": [], "error": None}
@@ -58,8 +58,8 @@ def main():
             row.update(ok=False, error="%s: %s" % (type(exc).__name__, str(exc)[:300]))
         out["devices"].append(row)
     return out
-print("SAGEDOCTOR_SMOKE=" + json.dumps(main()))
-"""
+_answer(main())
+""")
 
 
 @dataclass(frozen=True)
@@ -100,20 +100,18 @@ def run_smoke(python: Path, timeout: float = SMOKE_TIMEOUT_S,
     argv = [str(python), "-c", SMOKE_SCRIPT, device or smoke_device(), str(MIN_COSINE),
             str(MAX_REL_L2)]
     try:
-        done = run_tool(argv, timeout=timeout)
+        asked = ask_target(argv, timeout=timeout)
     except ToolTimeout:
         return SmokeResult(False, f"sageattn() did not finish within {timeout:g} s", {})
     except ToolMissing as exc:
         return SmokeResult(False, f"the target interpreter is missing: {exc}", {})
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith("SAGEDOCTOR_SMOKE="):
-            try:
-                report = json.loads(line.split("=", 1)[1])
-            except ValueError:
-                break
-            if isinstance(report, dict):
-                return judge(report)
-            break
+    try:
+        report = asked.json()
+    except (ValueError, RecursionError):
+        report = None
+    if isinstance(report, dict):
+        return judge(report)
+    done = asked.result
     tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
     return SmokeResult(False, f"the check crashed (exit {done.returncode}): "
                        + " | ".join(tail), {})

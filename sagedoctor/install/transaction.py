@@ -22,7 +22,10 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ..proc import ToolMissing, ToolTimeout, run_tool
+from ..errors import room_needed
+from ..file_meta import FileMeta, meta_of, restore_meta, write_keeping_meta
+from ..proc import ToolMissing, ToolTimeout
+from ..target_answer import ask_target, with_answer_function
 from .cache import file_sha256
 from .errors import RollbackIncomplete
 from .lock import pid_alive
@@ -31,7 +34,7 @@ from .runner import InstallError
 Say = Callable[[str], None]
 LIGHT = frozenset({"torch"})  # checked by version and RECORD digest, never copied
 
-_STATE_SCRIPT = r"""
+_STATE_SCRIPT = with_answer_function(r"""
 import csv, importlib.metadata as m, json, os, re, sys, sysconfig
 names = set(json.loads(sys.argv[1]))
 paths = sysconfig.get_paths()
@@ -49,17 +52,18 @@ for d in m.distributions():
     files = [os.path.normpath(os.path.abspath(str(d.locate_file(r[0])))) for r in rows]
     out["dists"].setdefault(key, []).append({"version": d.version, "files": files,
         "dist_info": os.path.normpath(os.path.abspath(str(getattr(d, "_path", ""))))})
-print(json.dumps(out))
-"""
+_answer(out)
+""")
 
 
 def target_state(python: Path, names: Iterable[str]) -> dict[str, Any]:
     """Where the target installs, and the files of these distributions (from RECORD)."""
     wanted = sorted({str(canonicalize_name(n)) for n in names})
     try:
-        done = run_tool([str(python), "-I", "-c", _STATE_SCRIPT, json.dumps(wanted)],
-                        timeout=120)
-        data = json.loads(done.stdout) if done.returncode == 0 else None
+        asked = ask_target([str(python), "-I", "-c", _STATE_SCRIPT, json.dumps(wanted)],
+                           timeout=120)
+        done = asked.result
+        data = asked.json() if done.returncode == 0 else None
     except (ToolMissing, ToolTimeout, ValueError) as exc:
         raise InstallError(f"could not read the distributions of {python}: {exc}", "") from exc
     if not isinstance(data, dict) or not isinstance(data.get("dists"), dict):
@@ -154,11 +158,12 @@ class Journal:
         self.data.update(changes)
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
-            json.dump(self.data, handle, ensure_ascii=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        tmp.replace(self.path)
+        with room_needed(tmp, "the install's journal"):
+            with tmp.open("w", encoding="utf-8") as handle:
+                json.dump(self.data, handle, ensure_ascii=False)
+                handle.flush()
+                os.fsync(handle.fileno())
+            tmp.replace(self.path)
 
     def begin(self, python: Path, prefix: Path, work: Path, log: Path) -> None:
         self.data = {}
@@ -184,7 +189,9 @@ def back_up(snapshot: dict[str, Any], folder: Path,
     def keep(path: str) -> None:
         if path not in copies:
             copy = folder / str(len(copies))
-            shutil.copy2(path, copy)
+            with room_needed(folder, "the backups of the files the install replaces; the "
+                             "venv was not changed yet"):
+                shutil.copy2(path, copy)
             copies[path] = str(copy)
 
     for name, entries in snapshot["dists"].items():
@@ -244,12 +251,15 @@ def _prune(folders: set[Path], keep: set[Path], stop: Path) -> None:
 def journal_entry_for_edit(path: Path, backup: Path | None, keep: Path) -> dict[str, Any]:
     """What the journal keeps of a file the install is about to edit (invokeai.yaml): a copy
     of its backup in the journal's own folder `keep` (the one beside the file is the user's to
-    delete) and the sha256 the file had (None: the install creates it)."""
+    delete), the sha256 the file had (None: the install creates it), its mode, owner and
+    group, and where the backup beside it is (a rollback removes it)."""
     if backup is None:
         return {"path": str(path), "backup": None, "sha256_before": None}
     keep.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(backup, keep)
-    return {"path": str(path), "backup": str(keep), "sha256_before": file_sha256(keep)}
+    meta = meta_of(path)
+    return {"path": str(path), "backup": str(keep), "sha256_before": file_sha256(keep),
+            "meta": meta.to_dict() if meta is not None else None, "beside": str(backup)}
 
 
 def restore_edited_files(entries: list[dict[str, Any]], say: Say) -> int:
@@ -268,13 +278,25 @@ def restore_edited_files(entries: list[dict[str, Any]], say: Say) -> int:
                 raise RollbackIncomplete(
                     f"{path} cannot be put back: its backup {backup} is gone or changed",
                     f"restore {path} by hand; the journal is kept")
-            staged = path.with_name(f".{path.name}.sagedoctor-restore")
-            shutil.copy2(backup, staged)
-            os.replace(staged, path)
+            meta = FileMeta.from_dict(entry.get("meta")) or meta_of(path)
+            try:
+                write_keeping_meta(path, backup.read_bytes(), meta)
+            except OSError as exc:
+                raise RollbackIncomplete(f"{path} cannot be put back: {exc.strerror or exc}",
+                                         f"restore {path} from {backup} by hand; the journal "
+                                         "is kept") from exc
         if _hash(str(path)) != before:
             raise RollbackIncomplete(f"{path} could not be restored from {entry.get('backup')}",
                                      f"restore {path} by hand; the journal is kept")
-        say(f"restored {path} (sha256 {before[:12]}..., as before the install)")
+        meta = FileMeta.from_dict(entry.get("meta"))
+        if meta is not None:
+            with contextlib.suppress(OSError):  # the content is what matters; said below
+                restore_meta(path, meta)
+        beside = entry.get("beside")
+        if isinstance(beside, str) and _hash(beside) == before:  # only our copy, unchanged
+            Path(beside).unlink(missing_ok=True)
+        say(f"restored {path} (sha256 {before[:12]}..., mode, owner and group as before the "
+            "install)")
     return len(entries)
 
 

@@ -11,8 +11,9 @@ import packaging
 
 from ..errors import FactsFileError, TargetError
 from ..facts import TargetFacts, parse_record
-from ..proc import ToolMissing, ToolOutputTooLarge, ToolTimeout, run_tool
+from ..proc import ToolMissing, ToolOutputTooLarge, ToolTimeout
 from ..settings import number_from_env
+from ..target_answer import ask_target
 
 TARGET_TIMEOUT_S = 20.0
 # The answer is a few kB; a broken or hostile interpreter must not fill our memory.
@@ -95,8 +96,8 @@ def probe_target(python: Path, venv: Path | None = None) -> TargetFacts:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONIOENCODING"] = "utf-8"
     try:
-        result = run_tool([str(python), "-I", "-", fallback], timeout=timeout, env=env,
-                          input_text=_script_text(), max_output_bytes=MAX_ANSWER_BYTES)
+        answer = ask_target([str(python), "-I", "-", fallback], timeout=timeout, env=env,
+                            input_text=_script_text(), max_output_bytes=MAX_ANSWER_BYTES)
     except ToolOutputTooLarge as exc:
         raise TargetError(f"{python} answered with more than {MAX_ANSWER_BYTES // 2**20} MB",
                           "run it by hand: something in that venv prints at start-up "
@@ -105,14 +106,22 @@ def probe_target(python: Path, venv: Path | None = None) -> TargetFacts:
         raise TargetError(f"cannot start {python}", "check that the venv is intact") from exc
     except ToolTimeout as exc:
         raise TargetError(str(exc), "check that the interpreter starts by hand") from exc
+    result = answer.result
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or [""])[-1]
         raise TargetError(
             f"{python} failed to report (exit {result.returncode}): {tail}",
             "run it by hand to see the error; recreate the venv if it is broken",
         )
+    if answer.text is None:
+        noise = answer.noise()
+        raise TargetError(
+            f"{python} gave no answer: " + (f"it printed only its own output ({noise!r})"
+                                            if noise else "it printed nothing"),
+            "run it by hand; a sitecustomize or .pth file of that venv may stop scripts "
+            "early, or it is not a Python interpreter")
     try:
-        data = json.loads(result.stdout)
+        data = json.loads(answer.text)
     except (ValueError, RecursionError) as exc:  # ValueError: also ints past the digit limit
         problem = exc if isinstance(exc, ValueError) else "nested too deeply"
         raise TargetError(f"{python} answered with something that is not JSON: {problem}") \

@@ -1,7 +1,9 @@
-"""Runs INSIDE the target interpreter (Python 3.8+, standard library only) and prints JSON.
+"""Runs INSIDE the target interpreter (Python 3.8+, standard library only) and answers JSON.
 
 It is sent on standard input, never imported by sagedoctor itself. It reads metadata and files
-only: it never imports torch, triton, sageattention or invokeai.
+only: it never imports torch, triton, sageattention or invokeai. The answer is framed by the
+token in SAGEDOCTOR_ANSWER_TOKEN (see sagedoctor/target_answer.py), so what the venv prints
+by itself (a sitecustomize) is not mistaken for it.
 """
 
 from __future__ import annotations
@@ -259,7 +261,15 @@ def main() -> None:
     }
     # Last: the fallback import of packaging must not run before the distributions are read.
     report["tags"] = wheel_tags(sys.argv[1] if len(sys.argv) > 1 else "")
-    sys.stdout.write(json.dumps(report))
+    answer(report)
+
+
+def answer(data: dict[str, Any]) -> None:
+    """target_answer.ANSWER_FUNCTION: the frame, written to fd 1 itself."""
+    token = os.environ.get("SAGEDOCTOR_ANSWER_TOKEN", "")
+    payload = (token + json.dumps(data) + token + "\n").encode("utf-8")
+    while payload:
+        payload = payload[os.write(1, payload):]
 
 
 main()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..findings import SEVERITIES, SUMMARY_CODES, Finding
 from ..render import AREA_TITLES
 from ..resolve import Plan, Step
+from ..terminal_text import one_line
 from ..verify import KeyResult
 
 MARKS = {"ok": "✓", "info": "•", "warn": "!", "error": "✗", "unknown": "?", "pending": "…"}
@@ -33,7 +34,7 @@ class AreaRow:
         """The command or advice to copy: the worst finding's fix that says something."""
         ranked = sorted((f for f in self.findings if f.fix),
                         key=lambda f: SEVERITIES.index(f.severity), reverse=True)
-        return ranked[0].fix if ranked else ""
+        return one_line(ranked[0].fix) if ranked else ""
 
     def details(self) -> str:
         if self.state == "pending":
@@ -44,11 +45,16 @@ class AreaRow:
             lines.append(f"{MARKS[f.severity]} {f.code} {f.title}{detail}")
             if f.fix:
                 lines.append(f"    fix: {f.fix}")
-        return "\n".join(lines)
+        return "\n".join(one_line(line) for line in lines)  # outside text: no escapes
 
 
 def pending_row(area: str) -> AreaRow:
     return AreaRow(area, AREA_TITLES[area], "pending", "checking…")
+
+
+def failed_row(area: str, code: str) -> AreaRow:
+    """An area the check never reached: it stopped first (a bad --facts file, SD901)."""
+    return AreaRow(area, AREA_TITLES[area], "unknown", f"not checked: the check stopped ({code})")
 
 
 def area_row(area: str, findings: Iterable[Finding]) -> AreaRow:
@@ -63,7 +69,7 @@ def area_row(area: str, findings: Iterable[Finding]) -> AreaRow:
     problems = [f for f in items if f.severity in ("warn", "error")]
     if problems and summary is not None:
         head = f"{problems[0].title} ({problems[0].code})"
-    return AreaRow(area, title, worst, head, items)
+    return AreaRow(area, title, worst, one_line(head), items)
 
 
 # --- plan ------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from textual.widgets.option_list import Option
 
 from ...commands.enable import hook_path, run_disable, run_enable
 from ...errors import SagedoctorError
+from ...terminal_text import printable
 from ..invokeai_switch import state_line
 
 if TYPE_CHECKING:
@@ -72,10 +73,10 @@ Esc      back
         state = "on" if hook_path(target).exists() else "off"
         facts = self.tui.session.facts
         invokeai = state_line(target, facts.invokeai if facts else None)
-        return f"Target venv: {target.prefix} (start-up hook: {state})\n{invokeai}"
+        return printable(f"Target venv: {target.prefix} (start-up hook: {state})\n{invokeai}")
 
     def _say(self, text: str) -> None:
-        self.query_one("#action-result", Static).update(text)
+        self.query_one("#action-result", Static).update(printable(text))
         self.query_one("#actions-target", Static).update(self._target_line())
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

@@ -17,7 +17,8 @@ from ...diagnose import diagnose
 from ...errors import SagedoctorError
 from ...facts import Facts
 from ...render import summary_line
-from ..model import AreaRow, area_row, pending_row
+from ...terminal_text import one_line, printable
+from ..model import AreaRow, area_row, failed_row, pending_row
 
 if TYPE_CHECKING:
     from ..app import SagedoctorApp
@@ -50,6 +51,7 @@ r        check again
         super().__init__()
         self.rows: dict[str, AreaRow] = {a: pending_row(a) for a in AREAS}
         self.done = False
+        self.failure: SagedoctorError | None = None  # the check stopped on this
 
     @property
     def tui(self) -> SagedoctorApp:
@@ -57,7 +59,7 @@ r        check again
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("", id="check-source")
+        yield Static("", id="check-source", markup=False)  # a file name may hold "["
         yield DataTable(id="areas", cursor_type="row", zebra_stripes=False)
         with VerticalScroll(id="details"):
             yield Static("", id="detail-text", markup=False)
@@ -77,7 +79,7 @@ r        check again
     def _start(self) -> None:
         self.done = False
         self.query_one("#check-source", Static).update(
-            f"Checking {self.tui.session.source}…")
+            one_line(f"Checking {self.tui.session.source}…"))
         self.run_check()
 
     @work(thread=True, exclusive=True, group="check")
@@ -88,6 +90,11 @@ r        check again
                 lambda area, facts: self.app.call_from_thread(self._area_done, area, facts))
         except SagedoctorError as exc:
             self.app.call_from_thread(self._failed, exc)
+            return
+        except Exception as exc:  # a bug: said on the screen, the app stays up
+            self.app.call_from_thread(self._failed, SagedoctorError(
+                f"internal error: {type(exc).__name__}: {exc}",
+                "please report it, with the file or venv that caused it"))
             return
         self.app.call_from_thread(self._all_done, findings)
 
@@ -112,22 +119,35 @@ r        check again
         for area in AREAS:
             self._set_row(area_row(area, session.findings))
         self.done = True
-        self.query_one("#check-source", Static).update(
+        self.query_one("#check-source", Static).update(one_line(
             f"sagedoctor {session.facts.sagedoctor_version if session.facts else ''} check: "
-            f"{session.source}")
+            f"{session.source}"))
         self.query_one("#check-summary", Static).update(summary_line(session.findings))
 
     def _failed(self, exc: SagedoctorError) -> None:
+        """The error screen: no row is left 'checking…', the error and its fix say why."""
         self.done = True
-        self.query_one("#check-summary", Static).update(
-            f"error {exc.code}: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix else ""))
+        self.failure = exc  # before the rows: their details show it
+        for area in AREAS:
+            if self.rows[area].state == "pending":
+                self._set_row(failed_row(area, exc.code))
+        self.query_one("#check-source", Static).update(one_line(
+            f"Could not check {self.tui.session.source}: error {exc.code}"))
+        self.query_one("#check-summary", Static).update(printable(
+            f"error {exc.code}: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix else "")))
 
     def _selected(self) -> AreaRow:
         table = self.query_one("#areas", DataTable)
         return self.rows[AREAS[max(table.cursor_row, 0)]]
 
     def _show_details(self) -> None:
-        self.query_one("#detail-text", Static).update(self._selected().details())
+        row = self._selected()
+        text = row.details()
+        if self.failure is not None and not row.findings:  # room for the whole error and fix
+            exc = self.failure
+            text += "\n" + printable(f"error {exc.code}: {exc.message}"
+                                     + (f"\nfix: {exc.fix}" if exc.fix else ""))
+        self.query_one("#detail-text", Static).update(text)
 
     def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
         self._show_details()
@@ -167,6 +187,7 @@ r        check again
     def action_recheck(self) -> None:
         if not self.done:
             return
+        self.failure = None
         for area in AREAS:
             self._set_row(pending_row(area))
         self.query_one("#check-summary", Static).update("")

@@ -20,10 +20,12 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Log, ProgressBar, Static
 
 from ... import __version__
+from ...errors import SagedoctorError
 from ...install.execute import execute_plan
 from ...install.runner import InstallError
 from ...install.transaction import describe, file_count, snapshot_differences, take_snapshot
 from ...resolve import Plan
+from ...terminal_text import printable
 from ..cancel import InstallCancelled, cancelled_in
 from ..model import clock_text, step_progress, tilde, transfer_line
 from .confirm import ConfirmScreen
@@ -71,6 +73,7 @@ v    verify on the GPU (once done)     b  back (once done)
         self.downloading = False
         self._cancel_raised = False
         self.built = False  # a build ran (and ended)
+        self.exit_code_when_done: int | None = None  # a signal asked the app to end
 
     @property
     def tui(self) -> SagedoctorApp:
@@ -89,6 +92,8 @@ v    verify on the GPU (once done)     b  back (once done)
         yield Footer()
 
     def _short(self, text: str) -> str:
+        # Every line here names paths, URLs or a tool's output: shown without escapes.
+        text = printable(text)
         return tilde(text, str(Path.home())) if os.name == "posix" else text
 
     def on_mount(self) -> None:
@@ -118,7 +123,7 @@ v    verify on the GPU (once done)     b  back (once done)
             execute_plan(self.plan, self._progress, self.tui.session.log_dir, __version__,
                          on_bytes=self._bytes, cancel=self.stop_build,
                          log_name=self.log_name)
-        except InstallError as exc:
+        except SagedoctorError as exc:  # the executor's, or a full disk (SD922)
             self.venv_check = self._compare(before)
             self.app.call_from_thread(self._finished, exc)
             return
@@ -212,7 +217,7 @@ v    verify on the GPU (once done)     b  back (once done)
         self.query_one("#transfer-bar", ProgressBar).update(total=1, progress=1)
         self.query_one("#transfer-text", Static).update(text)
 
-    def _finished(self, exc: InstallError | None) -> None:
+    def _finished(self, exc: SagedoctorError | None) -> None:
         self.tui.install_running = False
         self.finished_at = self.tui.clock()
         if self.build_started is not None:
@@ -251,6 +256,18 @@ v    verify on the GPU (once done)     b  back (once done)
             log.write_line(self._short(self.venv_check))
             log.write_line(self._short(f"logs: {self.tui.session.log_dir}"))
         self._tick()
+        if self.exit_code_when_done is not None:
+            self.app.exit(return_code=self.exit_code_when_done)
+
+    def stop_for_signal(self, name: str, code: int) -> None:
+        """SIGHUP or SIGTERM: Esc -> y without asking (nobody is there to answer); the app
+        exits once the install has stopped and rolled back."""
+        self.exit_code_when_done = code
+        if isinstance(self.app.screen, ConfirmScreen):
+            self.app.pop_screen()  # the question Esc asked is moot
+        self.query_one("#install-log", Log).write_line(f"{name}: cancelling the install")
+        self._cancel()
+        self.stop_build.set()  # a running build is stopped at once
 
     def action_cancel(self) -> None:
         if self.state == "running" and self.build_started is not None:

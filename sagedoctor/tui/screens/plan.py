@@ -13,6 +13,7 @@ from textual.widgets import Footer, Header, Static
 
 from ...errors import SagedoctorError
 from ...resolve import Blocked, Plan
+from ...terminal_text import one_line, printable
 from ..model import MARKS, downloads_summary, plan_summary, step_lines
 
 if TYPE_CHECKING:
@@ -59,8 +60,10 @@ Esc                 back to the check, nothing changed
         self.app.call_from_thread(self._show, result)
 
     def _show_error(self, exc: SagedoctorError) -> None:
-        self.query_one("#plan-head", Static).update(f"No plan: error {exc.code}: {exc.message}")
-        self.query_one("#plan-changes", Static).update(f"fix: {exc.fix}" if exc.fix else "")
+        self.query_one("#plan-head", Static).update(
+            one_line(f"No plan: error {exc.code}: {exc.message}"))
+        self.query_one("#plan-changes", Static).update(one_line(f"fix: {exc.fix}")
+                                                        if exc.fix else "")
 
     def _show(self, result: Plan | Blocked) -> None:
         head = self.query_one("#plan-head", Static)
@@ -74,16 +77,16 @@ Esc                 back to the check, nothing changed
                              + (f": {f.detail}" if f.detail else ""))
                 if f.fix:
                     lines.append(f"    fix: {f.fix}")
-            steps.update("\n".join(lines))
+            steps.update(_shown(lines))
             changes.update("Nothing will be changed. Esc: back to the check.")
             return
-        head.update(f"Plan for {result.prefix} ({result.os}); torch is never changed:")
+        head.update(one_line(f"Plan for {result.prefix} ({result.os}); torch is never changed:"))
         lines = []
         cached = self.tui.session.cached
         for number, step in enumerate(result.steps, 1):
             lines += step_lines(number, step, cached)
         lines += [f"note: {note}" for note in result.notes]
-        steps.update("\n".join(lines))
+        steps.update(_shown(lines))
         tail = plan_summary(result)
         if result.steps:
             tail += "\n" + downloads_summary(result, cached)
@@ -91,7 +94,7 @@ Esc                 back to the check, nothing changed
             tail += "\nPreview only: these facts are of another machine."
         elif result.steps:
             tail += "\ni: install now   Esc: back"
-        changes.update(tail)
+        changes.update(printable(tail))
 
     def action_back(self) -> None:
         self.app.pop_screen()
@@ -111,3 +114,8 @@ Esc                 back to the check, nothing changed
         from .install import InstallScreen
 
         self.app.push_screen(InstallScreen(result))
+
+
+def _shown(lines: list[str]) -> str:
+    """Lines holding paths, URLs and titles from outside: each on its own, no escapes."""
+    return "\n".join(one_line(line) for line in lines)

@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from ...errors import SagedoctorError
+from ...terminal_text import one_line, printable
 from ...verify import key_results, progress_line
 from ..model import RESULT_COLUMNS, by_gpu, result_cells, verdict_line
 
@@ -57,26 +58,27 @@ Up/Down  scroll     Esc  back
         self.app.call_from_thread(self._show, data)
 
     def _progress_from_thread(self, data: dict[str, Any]) -> None:
-        line = f"Running the self-test on the GPU: {progress_line(data)}"
+        line = one_line(f"Running the self-test on the GPU: {progress_line(data)}")
         self.app.call_from_thread(self.query_one("#verdict", Static).update, line)
 
     def _failed(self, exc: SagedoctorError) -> None:
-        self.query_one("#verdict", Static).update(f"Could not verify: {exc.message}")
-        self.query_one("#verify-notes", Static).update(f"fix: {exc.fix}" if exc.fix else "")
+        self.query_one("#verdict", Static).update(one_line(f"Could not verify: {exc.message}"))
+        self.query_one("#verify-notes", Static).update(one_line(f"fix: {exc.fix}")
+                                                        if exc.fix else "")
 
     def _show(self, data: dict[str, Any]) -> None:
         report = data["report"]
         results = key_results(report)
         self.query_one("#verdict", Static).update(
-            verdict_line(data["verdict"], results, report.get("error")))
+            printable(verdict_line(data["verdict"], results, report.get("error"))))
         body = self.query_one("#verify-body", VerticalScroll)
         for label, rows in by_gpu(results):
-            body.mount(Static(label, classes="gpu-label", markup=False))
+            body.mount(Static(one_line(label), classes="gpu-label", markup=False))
             table: DataTable[str] = DataTable(cursor_type="none", classes="gpu-table")
             body.mount(table)
             table.add_columns(*RESULT_COLUMNS)
             for r in rows:
-                table.add_row(*result_cells(r))
+                table.add_row(*(one_line(cell) for cell in result_cells(r)))
         notes = []
         if data.get("source"):
             notes.append(f"report: {data['source']}")
@@ -84,7 +86,7 @@ Up/Down  scroll     Esc  back
             notes.append(f"calibration written to {data['calibration_path']}")
         if data["verdict"] == "routing" and not data.get("source"):
             notes.append("Back on the check screen, a: actions switches the start-up hook on")
-        self.query_one("#verify-notes", Static).update("\n".join(notes))
+        self.query_one("#verify-notes", Static).update("\n".join(one_line(n) for n in notes))
 
     def action_back(self) -> None:
         self.app.pop_screen()
