@@ -358,7 +358,7 @@ _KINDS = [
                 "`invokeai-web` of the target venv (or root) runs: its files are in use, and "
                 "it rewrites invokeai.yaml from its settings page. Found before any download.",
                 "Stop InvokeAI, then run the install again."),
-    FindingKind("SD197", "invokeai", "Not an InvokeAI root",
+    FindingKind("SD197", "invokeai", "invokeai.yaml edit outside an InvokeAI root",
                 "The folder the edit step would write invokeai.yaml into holds no InvokeAI "
                 "root marker (invokeai.yaml, .venv, databases, models).",
                 "Pass --root with the folder InvokeAI uses (INVOKEAI_ROOT), or leave --root "
