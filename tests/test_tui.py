@@ -26,7 +26,7 @@ from sagedoctor.tui.screens.check import CheckScreen
 from sagedoctor.tui.screens.help import HelpScreen
 from sagedoctor.tui.screens.plan import PlanScreen
 from sagedoctor.tui.screens.verify import VerifyScreen
-from sagedoctor.tui.session import TuiOptions
+from sagedoctor.tui.session import Session, TuiOptions
 from tests.standins import (
     add_dist,
     add_torch,
@@ -385,3 +385,16 @@ def test_no_arguments_on_a_terminal_opens_the_tui(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
         os.close(main)
+
+
+def test_tui_check_gives_the_clis_verdict_with_the_plans_blockers(tmp_path: Path) -> None:
+    # check --facts: SD204 (no toolkit to build with) comes from the plan, not from diagnose
+    profile = PROFILES / "linux-wrapper-nvcc-no-toolkit.json"
+    session = Session(TuiOptions(facts_file=profile))
+    tui_codes = {f.code for f in session.check() if f.severity == "error"}
+    cli = json.loads(run_cli(["check", "--json", "--facts", str(profile)],
+                             clean_env(tmp_path)).stdout)
+    cli_codes = {f["code"] for f in cli["findings"] if f["severity"] == "error"}
+    assert "SD204" in tui_codes and "SD204" not in {f.code for f in diagnose(
+        load_facts_file(profile))}
+    assert tui_codes == cli_codes

@@ -1,6 +1,6 @@
 """The state one TUI run carries between its screens, and the calls into the stages.
 
-No textual here: each method is the same call the CLI makes (collect_facts, diagnose,
+No textual here: each method is the same call the CLI makes (collect_facts, assess,
 resolve_plan, execute_plan, run_verify), run by the screens in worker threads."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import __version__
 from ..areas import AREAS
-from ..diagnose import diagnose
+from ..assess import assess
 from ..facts import Facts, TargetFacts, load_facts_file
 from ..findings import Finding
 from ..index import WheelIndex, load_index
@@ -82,16 +82,21 @@ class Session:
                                                python=self.options.python,
                                                root=self.options.root), on_area_done)
         self.facts = facts
-        self.findings = diagnose(facts)
+        # the CLI's verdict: check's findings with the plan's blockers (one diagnosis)
+        self.index = self.index or load_index(self.options.index_file)
+        self.findings = list(assess(facts, self.index, self._resolve_options()).findings)
         self.plan = None
         return self.findings
+
+    def _resolve_options(self) -> ResolveOptions:
+        source = str(self.options.source_dir.resolve()) if self.options.source_dir else None
+        return ResolveOptions(source_dir=source,
+                              use_linux_indexes=self.options.use_linux_indexes)
 
     def resolve(self) -> Plan | Blocked:
         assert self.facts is not None, "check first"
         self.index = self.index or load_index(self.options.index_file)
-        source = str(self.options.source_dir.resolve()) if self.options.source_dir else None
-        self.plan = resolve_plan(self.facts, self.index, ResolveOptions(
-            source_dir=source, use_linux_indexes=self.options.use_linux_indexes))
+        self.plan = resolve_plan(self.facts, self.index, self._resolve_options())
         self.cached = {} if self.preview_only or not isinstance(self.plan, Plan) \
             else cached_sizes(self.plan)
         return self.plan
