@@ -48,7 +48,7 @@ def passing_venv(folder: Path) -> Path:
                    "dists": {"torch": "2.13.0", "triton": "3.7.0", "sageattention": "2.2.0"},
                    "stat": dist_stats(venv_site_dirs(venv))}
     save_record(venv, VerifyRecord("routing", "2026-12-03T12:00:00+00:00", fingerprint, {},
-                                   default_post_update(venv)))
+                                   default_post_update(venv, venv / "bin" / "python")))
     return venv
 
 

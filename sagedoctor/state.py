@@ -136,11 +136,14 @@ def venv_site_dirs(prefix: Path) -> list[str]:
     return found
 
 
-def default_post_update(prefix: Path) -> tuple[str, ...]:
+def default_post_update(prefix: Path, python: Path) -> tuple[str, ...]:
     import sys
 
-    # What the hook's opt-in auto-repair starts (it adds --yes): verify again and repair.
-    return (sys.executable, "-m", "sagedoctor", "post-update", "--venv", str(prefix))
+    # What the hook's opt-in auto-repair starts (it adds --yes): verify again and repair; an
+    # embedded Python (no pyvenv.cfg, ComfyUI's python_embeded) is named by its interpreter.
+    target = (("--venv", str(prefix)) if (prefix / "pyvenv.cfg").is_file()
+              else ("--python", str(python)))
+    return (sys.executable, "-m", "sagedoctor", "post-update", *target)
 
 
 def record_verification(prefix: Path, python: Path, verdict: str, fingerprint: dict[str, Any],
@@ -148,7 +151,6 @@ def record_verification(prefix: Path, python: Path, verdict: str, fingerprint: d
                         kernels: dict[str, str | None] | None = None) -> Path:
     """What `verify` calls after each self-test, whatever the verdict; `kernels` (per
     arch|dtype|head size, the kernel verify chose) go into the venv's arming record."""
-    del python  # the prefix names the venv; kept for the caller's signature
     record = VerifyRecord(verdict, when, dict(fingerprint), dict(results),
-                          default_post_update(prefix))
+                          default_post_update(prefix, python))
     return save_record(prefix, record, {"kernels": dict(kernels)} if kernels else None)

@@ -91,7 +91,7 @@ def run_selftest(python: Path, quick: bool, timeout: float = 1800, fresh: bool =
             from None
     if done.returncode != 0:
         raise VerifyTargetError(f"the self-test failed: {done.stderr.strip()[-400:]}",
-                          f"run `sagedoctor install --venv {python.parent.parent}` to bundle "
+                          f"run `sagedoctor install --python {python}` to bundle "
                           "the runtime")
     return parse_report(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
 

@@ -23,6 +23,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_routing_verify_is_stored_twice_and_read_back(home: Path) -> None:
     prefix = home / "app venv ü"
+    prefix.mkdir()
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n", encoding="utf-8")  # a venv
     report = json.loads(FIXTURE.read_text(encoding="utf-8"))
     results = {"gpus": {"GPU-0": {"sageattn_correct": True}}}
     path = record_verification(prefix, prefix / "bin" / "python", "routing",
@@ -72,3 +74,19 @@ def test_the_key_is_the_resolved_prefix(home: Path) -> None:
     link.symlink_to(real)
     assert state.state_path(link) == state.state_path(real)
     assert state.state_path(real) != state.state_path(home / "other")
+
+
+def test_the_repair_command_names_an_embedded_python_by_its_interpreter(tmp_path: Path) -> None:
+    from sagedoctor.runtime.hook import post_update_hint
+    from sagedoctor.state import default_post_update
+
+    venv = tmp_path / "my venv ü"
+    embedded = tmp_path / "ComfyUI_windows_portable" / "python_embeded"
+    venv.mkdir()
+    embedded.mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n", encoding="utf-8")
+    assert default_post_update(venv, venv / "bin" / "python")[-2:] == ("--venv", str(venv))
+    assert default_post_update(embedded, embedded / "python.exe")[-2:] == (
+        "--python", str(embedded / "python.exe"))
+    assert post_update_hint(str(venv)) == f"sagedoctor post-update --venv {venv}"
+    assert post_update_hint(str(embedded)).startswith("sagedoctor post-update --python ")

@@ -96,7 +96,11 @@ def fingerprint_differences(saved: "Mapping[str, Any]", live: "Mapping[str, Any]
 
 
 def post_update_hint(prefix: "str | None" = None) -> str:
-    return f"sagedoctor post-update --venv {prefix or sys.prefix}"
+    folder = prefix or sys.prefix
+    if not os.path.isfile(os.path.join(folder, "pyvenv.cfg")):
+        # an embedded Python (ComfyUI's python_embeded) has no venv for --venv to name
+        return f"sagedoctor post-update --python {sys.executable}"
+    return f"sagedoctor post-update --venv {folder}"
 
 
 def should_arm(prefix: "str | None" = None) -> bool:
