@@ -99,7 +99,7 @@ def test_check_reads_invokeai_yaml_or_says_config_error(raw: bytes) -> None:
     start = time.monotonic()
     outcome("invokeai.yaml (check)",
             lambda: check_reads(parse_config(facts_for(Path("/r/invokeai.yaml")), raw)))
-    assert time.monotonic() - start < 5, "a bomb must not take long"
+    assert time.monotonic() - start < 15, "a bomb must not take long"  # unguarded: minutes
 
 
 @fuzz(150)
@@ -127,7 +127,7 @@ def test_the_install_step_edits_invokeai_yaml_or_refuses_it(raw: bytes) -> None:
 
         start = time.monotonic()
         outcome("invokeai.yaml (install edit)", edit)
-        assert time.monotonic() - start < 5, "a bomb must not take long"
+        assert time.monotonic() - start < 15, "a bomb must not take long"  # unguarded: minutes
         assert path.read_bytes() == raw  # reading and editing in memory wrote nothing
 
 
