@@ -1,5 +1,6 @@
-"""`sagedoctor uninstall`: the real CLI on a real venv with stand-in dist-infos; the
-triton-windows it puts back is a local wheel that real uv installs (no network)."""
+"""`sagedoctor uninstall`: the real CLI on a real venv (made without pip, as uv makes them)
+with stand-in dist-infos; the triton-windows it puts back is a local wheel that real uv
+installs from a find-links folder, offline (no test here reaches the network)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from sagedoctor.install_record import InstallRecord, merged_record, read_record, record_install
-from tests.standins import add_dist, add_sageattention, clean_env, make_venv, venv_python
+from tests.standins import (
+    add_dist,
+    add_sageattention,
+    clean_env,
+    make_venv,
+    venv_python,
+)
 
 
 def test_record_keeps_the_users_version_across_installs(tmp_path: Path) -> None:
@@ -91,6 +98,20 @@ def dists(venv: Path) -> dict[str, str]:
     return json.loads(done.stdout)
 
 
+def offline_env(tmp_path: Path) -> dict[str, str]:
+    """A user's environment where uv finds wheels only in a local folder and never asks an
+    index: whatever uninstall puts back comes from there, or it fails (no network reached)."""
+    env = clean_env(tmp_path)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir(exist_ok=True)
+    env.update({"UV_FIND_LINKS": str(wheels), "UV_NO_INDEX": "1", "UV_OFFLINE": "1",
+                "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+                # anything that still tried the network would meet a closed port
+                "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+                "PIP_NO_INDEX": "1"})
+    return env
+
+
 def uninstall(args: list[str], env: dict[str, str], answer: str = ""
               ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sagedoctor", "uninstall", *args], env=env,
@@ -98,10 +119,8 @@ def uninstall(args: list[str], env: dict[str, str], answer: str = ""
 
 
 def test_uninstall_dry_run_no_then_yes(tmp_path: Path, installed_venv: Path) -> None:
-    env = clean_env(tmp_path)
-    env.update({"UV_FIND_LINKS": str(local_wheel(tmp_path / "wheels", "triton-windows",
-                                                 "3.5.1.post24").parent),
-                "UV_NO_INDEX": "1", "UV_CACHE_DIR": str(tmp_path / "uv-cache")})
+    env = offline_env(tmp_path)
+    local_wheel(tmp_path / "wheels", "triton-windows", "3.5.1.post24")
     site = next(installed_venv.glob("lib/python3*/site-packages"))
     before = dists(installed_venv)
 
@@ -130,7 +149,7 @@ def test_uninstall_dry_run_no_then_yes(tmp_path: Path, installed_venv: Path) -> 
 
 def test_uninstall_all_removes_sageattention(tmp_path: Path, installed_venv: Path) -> None:
     (installed_venv / "sagedoctor" / "installed.json").unlink()  # no record: nothing to restore
-    done = uninstall(["--venv", str(installed_venv), "--all", "--yes"], clean_env(tmp_path))
+    done = uninstall(["--venv", str(installed_venv), "--all", "--yes"], offline_env(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     after = dists(installed_venv)
     assert "sageattention" not in after and "sagedoctor-runtime" not in after
