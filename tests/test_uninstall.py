@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sagedoctor.install.runner import Installer, InstallError
 from sagedoctor.install_record import InstallRecord, merged_record, read_record, record_install
 from tests.standins import (
     add_dist,
@@ -155,3 +156,33 @@ def test_uninstall_all_removes_sageattention(tmp_path: Path, installed_venv: Pat
     assert "sageattention" not in after and "sagedoctor-runtime" not in after
     assert after["triton-windows"] == "3.6.0.post25"  # nothing recorded as replaced
     assert "uninstall sageattention 2.2.0 (not installed by sagedoctor)" in done.stdout
+
+
+def has_pip(venv: Path) -> bool:
+    done = subprocess.run([str(venv_python(venv)), "-I", "-c", "import pip"],
+                          capture_output=True, text=True)
+    return done.returncode == 0
+
+
+def test_uninstall_works_in_a_venv_without_pip(tmp_path: Path, installed_venv: Path) -> None:
+    """The GPU machine's uv-made venv has no pip ("No module named pip"): uv does it all."""
+    assert not has_pip(installed_venv)
+    env = offline_env(tmp_path)
+    local_wheel(tmp_path / "wheels", "triton-windows", "3.5.1.post24")
+    done = uninstall(["--venv", str(installed_venv), "--all", "--yes"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = dists(installed_venv)
+    assert "sagedoctor-runtime" not in after and "sageattention" not in after
+    assert after["triton-windows"] == "3.5.1.post24"  # put back through uv, from the folder
+    site = next(installed_venv.glob("lib/python3*/site-packages"))
+    assert not (site / "sagedoctor_runtime").exists() and not (site / "sageattention").exists()
+    assert "No module named pip" not in done.stdout + done.stderr
+
+
+def test_without_uv_the_uninstall_installer_refuses_rather_than_use_pip(
+        installed_venv: Path) -> None:
+    installer = Installer(venv_python(installed_venv), None, allow_pip=False)
+    with pytest.raises(InstallError, match="uv is not found") as info:
+        installer.uninstall(["sagedoctor-runtime"])
+    assert "nothing was changed" in info.value.fix
+    assert "sagedoctor-runtime" in dists(installed_venv)

@@ -83,7 +83,8 @@ def run_uninstall(target: TargetFacts, *, yes: bool, dry_run: bool, everything: 
             return 1
     from ..install.runner import Installer
 
-    installer = Installer.for_target(Path(target.executable))
+    # uv only: a uv-made venv has no pip, and the install itself ran through uv.
+    installer = Installer.for_target(Path(target.executable), allow_pip=False)
     for action in actions:
         if action.kind == "unlink":
             Path(action.target).unlink(missing_ok=True)
