@@ -5,6 +5,7 @@ installs from a find-links folder, offline (no test here reaches the network).""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from sagedoctor.install.lock import venv_lock, venv_state_dir
 from sagedoctor.install.runner import Installer, InstallError
 from sagedoctor.install_record import InstallRecord, merged_record, read_record, record_install
+from sagedoctor.state import state_dir
 from tests.standins import (
     add_dist,
     add_sageattention,
@@ -186,3 +189,36 @@ def test_without_uv_the_uninstall_installer_refuses_rather_than_use_pip(
         installer.uninstall(["sagedoctor-runtime"])
     assert "nothing was changed" in info.value.fix
     assert "sagedoctor-runtime" in dists(installed_venv)
+
+
+def target_prefix(venv: Path) -> Path:
+    """sys.prefix as the target reports it: the install's lock is keyed by it."""
+    done = subprocess.run([str(venv_python(venv)), "-I", "-c", "import sys; print(sys.prefix)"],
+                          capture_output=True, text=True, check=True)
+    return Path(done.stdout.strip())
+
+
+def test_uninstall_is_refused_while_an_install_holds_the_lock(
+        tmp_path: Path, installed_venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An install in its smoke check holds the venv's lock: uninstall --all must not pull its
+    files away (the install then blamed a good wheel)."""
+    env = offline_env(tmp_path)
+    local_wheel(tmp_path / "wheels", "triton-windows", "3.5.1.post24")
+    monkeypatch.setenv("HOME", env["HOME"])  # the same state folder as the CLI's
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    prefix = target_prefix(installed_venv)
+    site = next(installed_venv.glob("lib/python3*/site-packages"))
+    before = dists(installed_venv)
+    with venv_lock(venv_state_dir(prefix, state_dir()), prefix, lambda _line: None):
+        refused = uninstall(["--venv", str(installed_venv), "--all", "--yes"], env)
+    assert refused.returncode != 0
+    assert "SD911" in refused.stderr and "cannot uninstall now" in refused.stderr
+    assert f"(pid {os.getpid()})" in refused.stderr
+    assert "wait for the install to finish" in refused.stderr
+    assert dists(installed_venv) == before
+    assert (site / "sagedoctor-runtime.pth").exists()
+    assert (installed_venv / "sagedoctor" / "installed.json").exists()
+    # once the install is done, the same command goes through
+    done = uninstall(["--venv", str(installed_venv), "--all", "--yes"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sagedoctor-runtime" not in dists(installed_venv)

@@ -1,5 +1,8 @@
 """`sagedoctor uninstall`: take out what sagedoctor put into a venv, and put back what it
-replaced (a triton-windows), as recorded in <venv>/sagedoctor/installed.json."""
+replaced (a triton-windows), as recorded in <venv>/sagedoctor/installed.json.
+
+It holds the install's per-venv lock (an install's files are not pulled away under it) and
+changes packages through uv only (a uv-made venv has no pip)."""
 
 from __future__ import annotations
 
@@ -57,9 +60,31 @@ def plan_uninstall(target: TargetFacts, record: InstallRecord | None, hook_exist
 
 
 def run_uninstall(target: TargetFacts, *, yes: bool, dry_run: bool, everything: bool,
-                  out: TextIO | None = None, answers: TextIO | None = None) -> int:
+                  out: TextIO | None = None, answers: TextIO | None = None,
+                  state_root: Path | None = None) -> int:
     stream = out or sys.stdout
     prefix = Path(target.prefix)
+    if dry_run:
+        return _uninstall(target, prefix, stream, answers, yes=yes, dry_run=True,
+                          everything=everything)
+    from ..install.errors import InstallLocked
+    from ..install.lock import venv_lock, venv_state_dir
+
+    def say(line: str) -> None:
+        stream.write(f"{line}\n")
+
+    try:  # the install's lock: its in-flight files are not removed under it
+        with venv_lock(venv_state_dir(prefix, state_root), prefix, say):
+            return _uninstall(target, prefix, stream, answers, yes=yes, dry_run=False,
+                              everything=everything)
+    except InstallLocked as exc:
+        raise InstallLocked(f"cannot uninstall now: {exc.message}",
+                            "wait for the install to finish, then run uninstall again; "
+                            "nothing was changed") from None
+
+
+def _uninstall(target: TargetFacts, prefix: Path, stream: TextIO, answers: TextIO | None,
+               *, yes: bool, dry_run: bool, everything: bool) -> int:
     actions, notes = plan_uninstall(target, read_record(prefix), hook_path(target).exists(),
                                     (prefix / "sagedoctor").is_dir(), everything)
     if not actions:
