@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import zipfile
@@ -16,9 +17,12 @@ import pytest
 from sagedoctor.install.lock import venv_lock, venv_state_dir
 from sagedoctor.install.runner import Installer, InstallError
 from sagedoctor.install_record import InstallRecord, merged_record, read_record, record_install
+from sagedoctor.invokeai_config import apply_settings, save_edit_record
 from sagedoctor.state import state_dir
 from tests.standins import (
+    INVOKEAI_CONFIG_NEW,
     add_dist,
+    add_invokeai,
     add_sageattention,
     clean_env,
     make_venv,
@@ -222,3 +226,67 @@ def test_uninstall_is_refused_while_an_install_holds_the_lock(
     done = uninstall(["--venv", str(installed_venv), "--all", "--yes"], env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "sagedoctor-runtime" not in dists(installed_venv)
+
+
+USER_CONFIG = ("# my InvokeAI settings\n"
+               "schema_version: 4.0.3\n"
+               "precision: float16  # the card is happier so\n")
+
+
+@pytest.fixture
+def invokeai_root(tmp_path: Path) -> Path:
+    """<root>/.venv holding InvokeAI 6.15 (it declares attention_backend), SageAttention and
+    the runtime; <root>/invokeai.yaml edited as the install's enable-invokeai step does."""
+    root = tmp_path / "Invoke é root"
+    venv = root / ".venv"
+    site = make_venv(venv)
+    add_invokeai(site, "6.15.0", INVOKEAI_CONFIG_NEW)
+    add_dist(site, "sagedoctor-runtime", "0.1.0", {"sagedoctor_runtime/__init__.py": ""})
+    add_sageattention(site, "2.2.0", ("_fused",))
+    complete_record(site)
+    record_install(venv, {}, {"sageattention": "2.2.0", "sagedoctor-runtime": "0.1.0"},
+                   frozenset({"sageattention", "sagedoctor-runtime"}))
+    config = root / "invokeai.yaml"
+    config.write_text(USER_CONFIG, encoding="utf-8")
+    config.chmod(0o640)
+    edit = apply_settings(config, {"attention_backend": "sage"}, venv_python(venv), venv,
+                          processes=lambda: [])
+    save_edit_record(venv, edit)  # what the install records once it commits
+    assert "attention_backend: sage" in config.read_text(encoding="utf-8")
+    return root
+
+
+def test_uninstall_all_puts_invokeai_yaml_back(tmp_path: Path, invokeai_root: Path) -> None:
+    config = invokeai_root / "invokeai.yaml"
+    venv = invokeai_root / ".venv"
+    env = offline_env(tmp_path)
+    kept = uninstall(["--venv", str(venv), "--root", str(invokeai_root), "--dry-run"], env)
+    assert kept.returncode == 0, kept.stderr
+    assert f"{config} keeps attention_backend: sage (pass --all" in kept.stdout
+    done = uninstall(["--venv", str(venv), "--root", str(invokeai_root), "--all", "--yes"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"put back {config} as it was before sagedoctor set attention_backend: sage" \
+        in done.stdout
+    assert config.read_text(encoding="utf-8") == USER_CONFIG
+    assert stat.S_IMODE(config.stat().st_mode) == 0o640
+    assert sorted(p.name for p in invokeai_root.iterdir()) == [".venv", "invokeai.yaml"]
+    assert "sageattention" not in dists(venv)
+
+
+def test_uninstall_all_removes_only_the_key_from_a_file_changed_since(
+        tmp_path: Path, invokeai_root: Path) -> None:
+    config = invokeai_root / "invokeai.yaml"
+    venv = invokeai_root / ".venv"
+    with config.open("a", encoding="utf-8") as handle:  # the user's later change
+        handle.write("# added later\nlog_level: debug\n")
+    done = uninstall(["--venv", str(venv), "--root", str(invokeai_root), "--all", "--yes"],
+                     offline_env(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"remove attention_backend: sage from {config}" in done.stdout
+    text = config.read_text(encoding="utf-8")
+    assert "attention_backend" not in text
+    for line in ("# my InvokeAI settings", "precision: float16  # the card is happier so",
+                 "# added later", "log_level: debug"):
+        assert line in text
+    assert stat.S_IMODE(config.stat().st_mode) == 0o640
+    assert list(invokeai_root.glob("invokeai.yaml.sagedoctor-*.bak"))  # nothing lost
