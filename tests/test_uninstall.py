@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -290,3 +291,26 @@ def test_uninstall_all_removes_only_the_key_from_a_file_changed_since(
         assert line in text
     assert stat.S_IMODE(config.stat().st_mode) == 0o640
     assert list(invokeai_root.glob("invokeai.yaml.sagedoctor-*.bak"))  # nothing lost
+
+
+def test_uninstall_all_is_refused_up_front_while_that_invokeai_runs(
+        tmp_path: Path, invokeai_root: Path) -> None:
+    config = invokeai_root / "invokeai.yaml"
+    venv = invokeai_root / ".venv"
+    hook = next(venv.glob("lib/python3*/site-packages")) / "sagedoctor-runtime.pth"
+    hook.write_text("import sagedoctor_runtime.hook\n", encoding="utf-8")  # removed first
+    before, text = dists(venv), config.read_bytes()
+    script = venv / "bin" / "invokeai-web"
+    script.write_text("import time\ntime.sleep(60)\n", encoding="utf-8")
+    child = subprocess.Popen([str(venv_python(venv)), str(script)])
+    try:
+        time.sleep(0.3)  # let the process show its argv
+        refused = uninstall(["--venv", str(venv), "--root", str(invokeai_root), "--all",
+                             "--yes"], offline_env(tmp_path))
+    finally:
+        child.kill()
+        child.wait()
+    assert refused.returncode != 0
+    assert "SD941" in refused.stderr and f"pid {child.pid}" in refused.stderr
+    assert "done:" not in refused.stdout  # nothing was started, the packages least of all
+    assert dists(venv) == before and config.read_bytes() == text and hook.exists()

@@ -166,7 +166,11 @@ def _uninstall(target: TargetFacts, prefix: Path, stream: TextIO, answers: TextI
             stream.write("Nothing was changed.\n")
             return 1
     from ..install.runner import Installer
+    from ..invokeai_config import refuse_if_running
 
+    for action in actions:  # a running InvokeAI rewrites invokeai.yaml: refused up front
+        if action.kind in ("restore-config", "unset-key"):
+            refuse_if_running(Path(action.target), prefix)
     # uv only: a uv-made venv has no pip, and the install itself ran through uv.
     installer = Installer.for_target(Path(target.executable), allow_pip=False)
     python = Path(target.executable)
