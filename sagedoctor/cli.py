@@ -386,8 +386,10 @@ def _main(argv: Sequence[str]) -> int:
         if args.command == "uninstall":
             from .commands.uninstall import run_uninstall
 
-            return run_uninstall(_inspect_target(args), yes=args.yes, dry_run=args.dry_run,
-                                 everything=args.all)
+            facts = _inspect(args, ("python", "invokeai"))
+            assert facts.target is not None
+            return run_uninstall(facts.target, yes=args.yes, dry_run=args.dry_run,
+                                 everything=args.all, invokeai=facts.invokeai)
         if args.command == "enable":
             from .commands.enable import run_enable
 

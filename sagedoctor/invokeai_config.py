@@ -9,7 +9,9 @@ copy is first loaded by InvokeAI's own loader in the target interpreter.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import os
 import shutil
 import stat
@@ -182,8 +184,10 @@ def flow_depth(text: str) -> int:
     return deepest
 
 
-def edited_text(text: str, settings: Mapping[str, str], path: Path) -> str:
-    """The file with each key set, comments and order kept. Pure."""
+def edited_text(text: str, settings: Mapping[str, str], path: Path,
+                remove: tuple[str, ...] = ()) -> str:
+    """The file with each key set (and each of `remove` taken out), comments and order
+    kept. Pure."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
@@ -218,13 +222,40 @@ def edited_text(text: str, settings: Mapping[str, str], path: Path) -> str:
                                   "fix the file and run again")
     for key, value in settings.items():
         data[key] = value
+    for key in remove:
+        data.pop(key, None)
     out = io.StringIO()
     try:
         yaml.dump(data, out)
     except (YAMLError, RecursionError) as exc:
         raise InvokeAIConfigError(f"{path} cannot be written back as it was read: "
                                   f"{type(exc).__name__}", "edit the file by hand") from None
+    if remove and not settings:
+        # ruamel hangs the comment lines below a key on that key: popping it loses them.
+        # A plain `key: word` line is dropped from the text itself where that is provably
+        # the same mapping without the key; every other byte stays.
+        return _without_lines(text, remove) or out.getvalue()
     return out.getvalue()
+
+
+def _without_lines(text: str, keys: tuple[str, ...]) -> str | None:
+    import re
+
+    import yaml
+
+    lines = text.splitlines(keepends=True)
+    pattern = re.compile(r"(?P<key>[A-Za-z_][\w-]*):[ \t]+[\w.-]+[ \t]*(#.*)?\n?")
+    drop = [i for i, line in enumerate(lines)
+            if (m := pattern.fullmatch(line)) is not None and m["key"] in keys]
+    candidate = "".join(line for i, line in enumerate(lines) if i not in drop)
+    try:
+        before, after = yaml.safe_load(text), yaml.safe_load(candidate) or {}
+    except (yaml.YAMLError, ValueError, RecursionError):
+        return None
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return None
+    wanted = {k: v for k, v in before.items() if k not in keys}
+    return candidate if after == wanted else None
 
 
 _LOADER_SCRIPT = with_answer_function(r"""
@@ -306,8 +337,10 @@ def refuse_if_running(path: Path, venv: Path,
 def apply_settings(path: Path, settings: Mapping[str, str], python: Path, venv: Path,
                    processes: Callable[[], Iterable[ProcessInfo]] = running_processes,
                    now: datetime | None = None,
-                   before_write: Callable[[ConfigEdit], None] | None = None) -> ConfigEdit:
-    """Set the keys in invokeai.yaml (created if missing) and return how to undo it.
+                   before_write: Callable[[ConfigEdit], None] | None = None,
+                   remove: tuple[str, ...] = ()) -> ConfigEdit:
+    """Set the keys in invokeai.yaml (created if missing), take out those of `remove`, and
+    return how to undo it.
 
     `before_write` gets the edit once the backup exists and before the file changes: the
     install journals it there, so a run killed right after the write is still undone."""
@@ -315,7 +348,7 @@ def apply_settings(path: Path, settings: Mapping[str, str], python: Path, venv: 
     # Anything in its place (a folder, a FIFO, a dangling link) is _read's to refuse.
     exists = path.exists() or path.is_symlink()
     bom, text, newline = _read(path) if exists else (False, "", "\n")
-    new_text = edited_text(text, settings, path)
+    new_text = edited_text(text, settings, path, remove)
     validated_by = prove_loads(python, new_text, settings, path)
     backup = None
     meta = meta_of(path) if exists else None
@@ -345,6 +378,48 @@ def undo_edit(edit: ConfigEdit) -> str:
     _atomic_write(path, backup.read_bytes(), edit.meta or meta_of(path) or meta_of(backup))
     backup.unlink(missing_ok=True)  # the file is as it was: its copy has done its job
     return f"restored {path} from {backup} (its mode, owner and group too; the backup removed)"
+
+
+EDIT_RECORD = "invokeai-edit.json"  # in <venv>/sagedoctor/, beside verified.json
+
+
+def edit_record_path(prefix: str | Path) -> Path:
+    return Path(prefix) / "sagedoctor" / EDIT_RECORD
+
+
+def file_sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def save_edit_record(prefix: str | Path, edit: ConfigEdit) -> None:
+    """What sagedoctor last set in invokeai.yaml and the file's digest after it, so that
+    disable and uninstall can put the file back where nothing changed it since."""
+    path = edit_record_path(prefix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {**edit.to_dict(), "written_sha256": file_sha256(Path(edit.path))}
+    write_keeping_meta(path, json.dumps(data, indent=1).encode("utf-8"), meta_of(path))
+
+
+def load_edit_record(prefix: str | Path) -> tuple[ConfigEdit, str | None] | None:
+    """(the edit, the digest it left) or None: no record, or a damaged one (hostile input)."""
+    try:
+        data = json.loads(edit_record_path(prefix).read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            return None
+        written = data.get("written_sha256")
+        return ConfigEdit.from_dict(data), written if isinstance(written, str) else None
+    except (OSError, ValueError, TypeError, SagedoctorError):
+        return None
+
+
+def untouched_since(edit: ConfigEdit, written: str | None, path: Path) -> bool:
+    """The file is exactly as the edit left it and its backup is still there: undo_edit
+    then loses nothing of the user's."""
+    return (edit.path == str(path) and written is not None and file_sha256(path) == written
+            and (edit.backup is None or Path(edit.backup).is_file()))
 
 
 def enable_invokeai(settings: Iterable[tuple[str, str]], config_path: str | None,

@@ -24,6 +24,7 @@ from sagedoctor.install.execute import (
 )
 from sagedoctor.install.fetch import download, extract_source
 from sagedoctor.install.runner import Installer, InstallError
+from sagedoctor.invokeai_config import load_edit_record
 from sagedoctor.resolve import Step
 from tests.standins import add_dist, clean_env, local_server, run_cli
 from tests.test_install_kit import fake_source, plan, settings_for, torch_venv
@@ -136,6 +137,11 @@ def test_invokeai_step_edits_the_file_and_says_how_it_was_checked(venv: tuple[Pa
     run_plan(python, tmp_path, enable, messages=messages)
     assert config.read_text(encoding="utf-8") == (
         "# mine\nschema_version: 4.0.3\nattention_backend: sage\n")
+    # recorded once committed, for uninstall --all and disable to put the file back
+    loaded = load_edit_record(python.parent.parent)
+    assert loaded is not None and loaded[0].path == str(config)
+    assert loaded[0].settings == (("attention_backend", "sage"),)
+    assert loaded[1] == hashlib.sha256(config.read_bytes()).hexdigest()
     # this venv has no InvokeAI, so its loader cannot prove it: the message says so
     assert any(f"set attention_backend: sage in {config} (checked by a strict YAML parse" in m
                for m in messages)

@@ -24,6 +24,7 @@ from sagedoctor.invokeai_config import (
     InvokeAIRunning,
     ProcessInfo,
     apply_settings,
+    edited_text,
     invokeai_processes,
     undo_edit,
 )
@@ -228,3 +229,19 @@ def test_a_new_file_gets_the_mode_the_umask_gives(tmp_path: Path) -> None:
         os.umask(old)
     if sys.platform != "win32":
         assert stat.S_IMODE(path.stat().st_mode) == 0o640  # 0666 & ~027, as InvokeAI's own
+
+
+def test_removing_a_key_keeps_every_other_byte_and_the_comments_below_it() -> None:
+    text = ("# mine\nschema_version: 4.0.3\nprecision: float16  # why\n"
+            "attention_backend: sage   # set by sagedoctor\n# a comment of mine\nlog_level: info\n")
+    assert edited_text(text, {}, Path("invokeai.yaml"), ("attention_backend",)) == (
+        "# mine\nschema_version: 4.0.3\nprecision: float16  # why\n"
+        "# a comment of mine\nlog_level: info\n")
+    # not a plain line (a flow mapping): the round-trip editor takes the key out instead
+    flow = "{schema_version: 4.0.3, attention_backend: sage}\n"
+    out = edited_text(flow, {}, Path("invokeai.yaml"), ("attention_backend",))
+    assert "attention_backend" not in out and "schema_version: 4.0.3" in out
+    # a nested key of that name is not the top-level setting: nothing is taken out
+    nested = "schema_version: 4.0.3\nextra:\n  attention_backend: sage\n"
+    assert "attention_backend: sage" in edited_text(nested, {}, Path("invokeai.yaml"),
+                                                    ("attention_backend",))

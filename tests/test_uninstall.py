@@ -1,18 +1,34 @@
-"""`sagedoctor uninstall`: the real CLI on a real venv with stand-in dist-infos; the
-triton-windows it puts back is a local wheel that real uv installs (no network)."""
+"""`sagedoctor uninstall`: the real CLI on a real venv (made without pip, as uv makes them)
+with stand-in dist-infos; the triton-windows it puts back is a local wheel that real uv
+installs from a find-links folder, offline (no test here reaches the network)."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from sagedoctor.install.lock import venv_lock, venv_state_dir
+from sagedoctor.install.runner import Installer, InstallError
 from sagedoctor.install_record import InstallRecord, merged_record, read_record, record_install
-from tests.standins import add_dist, add_sageattention, clean_env, make_venv, venv_python
+from sagedoctor.invokeai_config import apply_settings, save_edit_record
+from sagedoctor.state import state_dir
+from tests.standins import (
+    INVOKEAI_CONFIG_NEW,
+    add_dist,
+    add_invokeai,
+    add_sageattention,
+    clean_env,
+    make_venv,
+    venv_python,
+)
 
 
 def test_record_keeps_the_users_version_across_installs(tmp_path: Path) -> None:
@@ -91,6 +107,20 @@ def dists(venv: Path) -> dict[str, str]:
     return json.loads(done.stdout)
 
 
+def offline_env(tmp_path: Path) -> dict[str, str]:
+    """A user's environment where uv finds wheels only in a local folder and never asks an
+    index: whatever uninstall puts back comes from there, or it fails (no network reached)."""
+    env = clean_env(tmp_path)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir(exist_ok=True)
+    env.update({"UV_FIND_LINKS": str(wheels), "UV_NO_INDEX": "1", "UV_OFFLINE": "1",
+                "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+                # anything that still tried the network would meet a closed port
+                "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+                "PIP_NO_INDEX": "1"})
+    return env
+
+
 def uninstall(args: list[str], env: dict[str, str], answer: str = ""
               ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sagedoctor", "uninstall", *args], env=env,
@@ -98,10 +128,8 @@ def uninstall(args: list[str], env: dict[str, str], answer: str = ""
 
 
 def test_uninstall_dry_run_no_then_yes(tmp_path: Path, installed_venv: Path) -> None:
-    env = clean_env(tmp_path)
-    env.update({"UV_FIND_LINKS": str(local_wheel(tmp_path / "wheels", "triton-windows",
-                                                 "3.5.1.post24").parent),
-                "UV_NO_INDEX": "1", "UV_CACHE_DIR": str(tmp_path / "uv-cache")})
+    env = offline_env(tmp_path)
+    local_wheel(tmp_path / "wheels", "triton-windows", "3.5.1.post24")
     site = next(installed_venv.glob("lib/python3*/site-packages"))
     before = dists(installed_venv)
 
@@ -130,9 +158,159 @@ def test_uninstall_dry_run_no_then_yes(tmp_path: Path, installed_venv: Path) -> 
 
 def test_uninstall_all_removes_sageattention(tmp_path: Path, installed_venv: Path) -> None:
     (installed_venv / "sagedoctor" / "installed.json").unlink()  # no record: nothing to restore
-    done = uninstall(["--venv", str(installed_venv), "--all", "--yes"], clean_env(tmp_path))
+    done = uninstall(["--venv", str(installed_venv), "--all", "--yes"], offline_env(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     after = dists(installed_venv)
     assert "sageattention" not in after and "sagedoctor-runtime" not in after
     assert after["triton-windows"] == "3.6.0.post25"  # nothing recorded as replaced
     assert "uninstall sageattention 2.2.0 (not installed by sagedoctor)" in done.stdout
+
+
+def has_pip(venv: Path) -> bool:
+    done = subprocess.run([str(venv_python(venv)), "-I", "-c", "import pip"],
+                          capture_output=True, text=True)
+    return done.returncode == 0
+
+
+def test_uninstall_works_in_a_venv_without_pip(tmp_path: Path, installed_venv: Path) -> None:
+    """The GPU machine's uv-made venv has no pip ("No module named pip"): uv does it all."""
+    assert not has_pip(installed_venv)
+    env = offline_env(tmp_path)
+    local_wheel(tmp_path / "wheels", "triton-windows", "3.5.1.post24")
+    done = uninstall(["--venv", str(installed_venv), "--all", "--yes"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = dists(installed_venv)
+    assert "sagedoctor-runtime" not in after and "sageattention" not in after
+    assert after["triton-windows"] == "3.5.1.post24"  # put back through uv, from the folder
+    site = next(installed_venv.glob("lib/python3*/site-packages"))
+    assert not (site / "sagedoctor_runtime").exists() and not (site / "sageattention").exists()
+    assert "No module named pip" not in done.stdout + done.stderr
+
+
+def test_without_uv_the_uninstall_installer_refuses_rather_than_use_pip(
+        installed_venv: Path) -> None:
+    installer = Installer(venv_python(installed_venv), None, allow_pip=False)
+    with pytest.raises(InstallError, match="uv is not found") as info:
+        installer.uninstall(["sagedoctor-runtime"])
+    assert "nothing was changed" in info.value.fix
+    assert "sagedoctor-runtime" in dists(installed_venv)
+
+
+def target_prefix(venv: Path) -> Path:
+    """sys.prefix as the target reports it: the install's lock is keyed by it."""
+    done = subprocess.run([str(venv_python(venv)), "-I", "-c", "import sys; print(sys.prefix)"],
+                          capture_output=True, text=True, check=True)
+    return Path(done.stdout.strip())
+
+
+def test_uninstall_is_refused_while_an_install_holds_the_lock(
+        tmp_path: Path, installed_venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An install in its smoke check holds the venv's lock: uninstall --all must not pull its
+    files away (the install then blamed a good wheel)."""
+    env = offline_env(tmp_path)
+    local_wheel(tmp_path / "wheels", "triton-windows", "3.5.1.post24")
+    monkeypatch.setenv("HOME", env["HOME"])  # the same state folder as the CLI's
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    prefix = target_prefix(installed_venv)
+    site = next(installed_venv.glob("lib/python3*/site-packages"))
+    before = dists(installed_venv)
+    with venv_lock(venv_state_dir(prefix, state_dir()), prefix, lambda _line: None):
+        refused = uninstall(["--venv", str(installed_venv), "--all", "--yes"], env)
+    assert refused.returncode != 0
+    assert "SD911" in refused.stderr and "cannot uninstall now" in refused.stderr
+    assert f"(pid {os.getpid()})" in refused.stderr
+    assert "wait for the install to finish" in refused.stderr
+    assert dists(installed_venv) == before
+    assert (site / "sagedoctor-runtime.pth").exists()
+    assert (installed_venv / "sagedoctor" / "installed.json").exists()
+    # once the install is done, the same command goes through
+    done = uninstall(["--venv", str(installed_venv), "--all", "--yes"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sagedoctor-runtime" not in dists(installed_venv)
+
+
+USER_CONFIG = ("# my InvokeAI settings\n"
+               "schema_version: 4.0.3\n"
+               "precision: float16  # the card is happier so\n")
+
+
+@pytest.fixture
+def invokeai_root(tmp_path: Path) -> Path:
+    """<root>/.venv holding InvokeAI 6.15 (it declares attention_backend), SageAttention and
+    the runtime; <root>/invokeai.yaml edited as the install's enable-invokeai step does."""
+    root = tmp_path / "Invoke é root"
+    venv = root / ".venv"
+    site = make_venv(venv)
+    add_invokeai(site, "6.15.0", INVOKEAI_CONFIG_NEW)
+    add_dist(site, "sagedoctor-runtime", "0.1.0", {"sagedoctor_runtime/__init__.py": ""})
+    add_sageattention(site, "2.2.0", ("_fused",))
+    complete_record(site)
+    record_install(venv, {}, {"sageattention": "2.2.0", "sagedoctor-runtime": "0.1.0"},
+                   frozenset({"sageattention", "sagedoctor-runtime"}))
+    config = root / "invokeai.yaml"
+    config.write_text(USER_CONFIG, encoding="utf-8")
+    config.chmod(0o640)
+    edit = apply_settings(config, {"attention_backend": "sage"}, venv_python(venv), venv,
+                          processes=lambda: [])
+    save_edit_record(venv, edit)  # what the install records once it commits
+    assert "attention_backend: sage" in config.read_text(encoding="utf-8")
+    return root
+
+
+def test_uninstall_all_puts_invokeai_yaml_back(tmp_path: Path, invokeai_root: Path) -> None:
+    config = invokeai_root / "invokeai.yaml"
+    venv = invokeai_root / ".venv"
+    env = offline_env(tmp_path)
+    kept = uninstall(["--venv", str(venv), "--root", str(invokeai_root), "--dry-run"], env)
+    assert kept.returncode == 0, kept.stderr
+    assert f"{config} keeps attention_backend: sage (pass --all" in kept.stdout
+    done = uninstall(["--venv", str(venv), "--root", str(invokeai_root), "--all", "--yes"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"put back {config} as it was before sagedoctor set attention_backend: sage" \
+        in done.stdout
+    assert config.read_text(encoding="utf-8") == USER_CONFIG
+    assert stat.S_IMODE(config.stat().st_mode) == 0o640
+    assert sorted(p.name for p in invokeai_root.iterdir()) == [".venv", "invokeai.yaml"]
+    assert "sageattention" not in dists(venv)
+
+
+def test_uninstall_all_removes_only_the_key_from_a_file_changed_since(
+        tmp_path: Path, invokeai_root: Path) -> None:
+    config = invokeai_root / "invokeai.yaml"
+    venv = invokeai_root / ".venv"
+    with config.open("a", encoding="utf-8") as handle:  # the user's later change
+        handle.write("# added later\nlog_level: debug\n")
+    done = uninstall(["--venv", str(venv), "--root", str(invokeai_root), "--all", "--yes"],
+                     offline_env(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"remove attention_backend: sage from {config}" in done.stdout
+    text = config.read_text(encoding="utf-8")
+    assert "attention_backend" not in text
+    for line in ("# my InvokeAI settings", "precision: float16  # the card is happier so",
+                 "# added later", "log_level: debug"):
+        assert line in text
+    assert stat.S_IMODE(config.stat().st_mode) == 0o640
+    assert list(invokeai_root.glob("invokeai.yaml.sagedoctor-*.bak"))  # nothing lost
+
+
+def test_uninstall_all_is_refused_up_front_while_that_invokeai_runs(
+        tmp_path: Path, invokeai_root: Path) -> None:
+    config = invokeai_root / "invokeai.yaml"
+    venv = invokeai_root / ".venv"
+    hook = next(venv.glob("lib/python3*/site-packages")) / "sagedoctor-runtime.pth"
+    hook.write_text("import sagedoctor_runtime.hook\n", encoding="utf-8")  # removed first
+    before, text = dists(venv), config.read_bytes()
+    script = venv / "bin" / "invokeai-web"
+    script.write_text("import time\ntime.sleep(60)\n", encoding="utf-8")
+    child = subprocess.Popen([str(venv_python(venv)), str(script)])
+    try:
+        time.sleep(0.3)  # let the process show its argv
+        refused = uninstall(["--venv", str(venv), "--root", str(invokeai_root), "--all",
+                             "--yes"], offline_env(tmp_path))
+    finally:
+        child.kill()
+        child.wait()
+    assert refused.returncode != 0
+    assert "SD941" in refused.stderr and f"pid {child.pid}" in refused.stderr
+    assert "done:" not in refused.stdout  # nothing was started, the packages least of all
+    assert dists(venv) == before and config.read_bytes() == text and hook.exists()

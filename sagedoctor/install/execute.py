@@ -27,7 +27,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ..install_record import record_install
-from ..invokeai_config import ConfigEdit, enable_invokeai
+from ..invokeai_config import ConfigEdit, enable_invokeai, save_edit_record
 from ..proc import ToolMissing, ToolTimeout
 from ..resolve import BuildSettings, Plan, Step
 from ..target_answer import ask_target, with_answer_function
@@ -436,6 +436,8 @@ class Executor:
                  if self.build_patches else None)
         record_install(self.plan.prefix, dists_before, now["all"],
                        self.plan.changed_distributions, built)
+        for edit in self.edits:  # the invokeai.yaml edit, for uninstall --all and disable
+            save_edit_record(self.plan.prefix, edit)
         self.say("committed: " + "; ".join(self.done))
         for reason in self.fallback_reasons:  # said again at the end: the build log is long
             self.say(f"installed by the source build of the pinned commit, because {reason}")

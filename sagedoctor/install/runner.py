@@ -1,4 +1,5 @@
-"""Package operations in the target venv: uv where it exists, else the venv's own pip.
+"""Package operations in the target venv: uv where it exists, else the venv's own pip
+(never for uninstall: uv-made venvs have no pip, and removal must not depend on one).
 
 Every call installs with --no-deps, so nothing but the named distributions changes.
 """
@@ -32,11 +33,12 @@ class Installer:
     uv: str | None
     cache_dir: Path | None = None  # uv's cache, inside sagedoctor's (so --offline works)
     offline: bool = False
+    allow_pip: bool = True  # False: uv or an error, never the target's own pip
 
     @classmethod
     def for_target(cls, python: Path, cache_dir: Path | None = None,
-                   offline: bool = False) -> Installer:
-        return cls(python, _uv(), cache_dir, offline)
+                   offline: bool = False, allow_pip: bool = True) -> Installer:
+        return cls(python, _uv(), cache_dir, offline, allow_pip)
 
     def _uv_options(self) -> list[str]:
         out = ["--cache-dir", str(self.cache_dir)] if self.cache_dir else []
@@ -45,6 +47,11 @@ class Installer:
     def _pip(self, *args: str) -> list[str]:
         if self.uv:
             return [self.uv, "pip", *args, "--python", str(self.python), *self._uv_options()]
+        if not self.allow_pip:
+            raise InstallError(f"uv is not found, and {self.python} is not changed through "
+                               "its own pip (a uv-made venv has none)",
+                               "install uv beside sagedoctor (`pip install uv`, a dependency "
+                               "of sagedoctor) or put it on PATH; nothing was changed")
         return [str(self.python), "-m", "pip", *args, "--disable-pip-version-check"]
 
     def _run(self, argv: list[str], what: str, timeout: float = 900) -> None:

@@ -7,10 +7,7 @@ whichever applies. No textual here: the actions screen calls these in a worker."
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -23,14 +20,17 @@ from ..invokeai_config import (
     ConfigEdit,
     ProcessInfo,
     apply_settings,
+    edit_record_path,
+    load_edit_record,
     refuse_if_running,
     running_processes,
+    save_edit_record,
     undo_edit,
+    untouched_since,
 )
 from ..probe.invokeai import parse_config, read_config
 
 KEY = "attention_backend"
-EDIT_RECORD = "invokeai-edit.json"  # in <venv>/sagedoctor/, beside verified.json
 
 
 class InvokeAISwitchError(SagedoctorError):
@@ -74,34 +74,15 @@ def state_line(target: TargetFacts, inv: InvokeAIFacts | None) -> str:
 
 
 def _record_path(target: TargetFacts) -> Path:
-    return Path(target.prefix) / "sagedoctor" / EDIT_RECORD
-
-
-def _sha256(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
+    return edit_record_path(target.prefix)
 
 
 def _save_record(target: TargetFacts, edit: ConfigEdit) -> None:
-    path = _record_path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = {**edit.to_dict(), "written_sha256": _sha256(Path(edit.path))}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    save_edit_record(target.prefix, edit)
 
 
 def _load_record(target: TargetFacts) -> tuple[ConfigEdit, str | None] | None:
-    try:
-        data = json.loads(_record_path(target).read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            return None
-        written = data.get("written_sha256")
-        return ConfigEdit.from_dict(data), written if isinstance(written, str) else None
-    except (OSError, ValueError, SagedoctorError):
-        return None  # no record, or a damaged one: fall back to the value-only path
+    return load_edit_record(target.prefix)
 
 
 def reread(inv: InvokeAIFacts) -> InvokeAIFacts:
@@ -179,9 +160,7 @@ def disable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
                 "not SageAttention.")
     loaded = _load_record(target)
     record, written = loaded if loaded else (None, None)
-    if (record is not None and record.path == str(path) and written is not None
-            and _sha256(path) == written and (record.backup is None
-                                              or Path(record.backup).is_file())):
+    if record is not None and untouched_since(record, written, path):
         refuse_if_running(path, Path(target.prefix), processes)
         done = undo_edit(record)
         _record_path(target).unlink(missing_ok=True)
