@@ -75,9 +75,11 @@ def run_enable(target: TargetFacts, out: TextIO | None = None, *,
         raise EnableError(f"the runtime is not installed in {venv}",
                           f"run `sagedoctor install {_target_arg(target, comfyui)}` first")
     verified = Path(target.prefix) / "sagedoctor" / "verified.json"
-    try:
-        data = json.loads(verified.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    from ..runtime.records import read_record_bytes
+
+    try:  # a regular file only, never blocking: a FIFO there must not hang enable
+        data = json.loads(read_record_bytes(str(verified)).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         raise EnableError(f"{venv} has no passing verification",
                           f"run `sagedoctor verify {_target_arg(target, comfyui)}`; enable "
                           "needs a kernel that was proven correct and faster") from None
@@ -217,3 +219,4 @@ def run_disable(target: TargetFacts, out: TextIO | None = None, *,
     else:
         stream.write(f"Nothing to do: {path} does not exist\n")
     return 0
+

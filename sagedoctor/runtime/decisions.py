@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .records import read_record_bytes
+
 SCHEMA_VERSION = 2
 # Which measurement wins when two exist for one shape: a full verify sweep over a quick one,
 # and over the few rounds an app's first calls can afford.
@@ -222,11 +224,9 @@ class Calibration:
 
 def load_calibration(path: str) -> Calibration:
     """The file's decisions; a missing, huge or corrupt file gives none (never raises)."""
-    try:
-        if os.path.getsize(path) > MAX_FILE_BYTES:
-            return Calibration()
-        with open(path, encoding="utf-8") as handle:
-            return Calibration.from_json(json.load(handle))
+    try:  # only a regular file, opened without blocking: a FIFO there must not hang the app
+        return Calibration.from_json(json.loads(
+            read_record_bytes(path, MAX_FILE_BYTES).decode("utf-8")))
     except (OSError, ValueError, RecursionError):
         return Calibration()
 
