@@ -220,3 +220,30 @@ def run_disable(target: TargetFacts, out: TextIO | None = None, *,
         stream.write(f"Nothing to do: {path} does not exist\n")
     return 0
 
+
+def hook_files_on_disk(venv: Path | None, python: Path | None) -> list[Path]:
+    """The hook files in the venv named by --venv or --python, found by the file system
+    alone: when the venv's Python does not start (a .pth of binary bytes kills every
+    interpreter of the venv at `import site`), `disable` must still find its own file."""
+    from ..state import venv_site_dirs
+
+    prefixes = [venv] if venv is not None else []
+    if python is not None:  # bin/python or Scripts\\python.exe of a venv; python.exe embedded
+        prefixes += [python.parent.parent, python.parent]
+    found: list[Path] = []
+    for prefix in prefixes:
+        for site in venv_site_dirs(prefix):
+            path = Path(site) / HOOK_FILE
+            if (path.is_file() or path.is_symlink()) and path not in found:
+                found.append(path)
+    return found
+
+
+def disable_without_interpreter(paths: list[Path], why: str, out: TextIO | None = None) -> int:
+    """Remove the hook files whatever is in them (binary bytes, not UTF-8, empty): the
+    file is ours, and reading it is not needed to know that."""
+    stream = out or sys.stdout
+    for path in paths:
+        path.unlink()
+        stream.write(f"Disabled: removed {path} (this venv's Python did not start: {why})\n")
+    return 0
