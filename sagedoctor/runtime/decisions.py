@@ -22,13 +22,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .records import read_record_bytes
+from .records import MAX_RECORD_BYTES, read_record_bytes
 
 SCHEMA_VERSION = 2
 # Which measurement wins when two exist for one shape: a full verify sweep over a quick one,
 # and over the few rounds an app's first calls can afford.
 SOURCE_RANK = {"verify": 3, "runtime": 2, "verify-quick": 1}
-MAX_FILE_BYTES = 8 * 1024 * 1024
+MAX_FILE_BYTES = MAX_RECORD_BYTES
 # The self-test's progress lines on stderr start with this (then JSON); the CLI parses them.
 PROGRESS_PREFIX = "SAGEDOCTOR_PROGRESS "
 
