@@ -406,10 +406,10 @@ def _main(argv: Sequence[str]) -> int:
                 facts = _inspect(args, ("python", "comfyui"))
             except TargetError as exc:
                 # A corrupt hook file kills the venv's Python: find it on disk and remove it.
-                ours = hook_files_on_disk(args.venv, args.python)
+                ours = hook_files_on_disk(args.venv, args.python, args.comfyui)
                 if not ours:
                     raise
-                return disable_without_interpreter(ours, exc.message)
+                return disable_without_interpreter(ours, exc.message.split(" (fix: ")[0])
             assert facts.target is not None
             return run_disable(facts.target, comfyui=facts.comfyui)
         if args.command == "verify":

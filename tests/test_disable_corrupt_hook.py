@@ -50,3 +50,18 @@ def test_disable_without_a_hook_file_still_reports_the_dead_python(tmp_path: Pat
     assert done.returncode != 0
     assert "could not be inspected" in done.stderr
     assert (site / "other.pth").exists()
+
+
+def test_disable_by_comfyui_removes_a_corrupt_hook_of_the_embedded_python(
+        tmp_path: Path) -> None:
+    from tests.test_comfyui_embedded import embedded_site, portable
+
+    root, python = portable(tmp_path)
+    env = clean_env(tmp_path)
+    hook = embedded_site(python) / HOOK_FILE
+    hook.write_bytes(CONTENTS["binary"])
+    assert not starts(python, env)
+    done = run_cli(["disable", "--comfyui", str(root)], env)
+    assert done.returncode == 0, done.stderr
+    assert not hook.exists() and f"removed {hook}" in done.stdout
+    assert starts(python, env)

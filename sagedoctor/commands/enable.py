@@ -221,15 +221,18 @@ def run_disable(target: TargetFacts, out: TextIO | None = None, *,
     return 0
 
 
-def hook_files_on_disk(venv: Path | None, python: Path | None) -> list[Path]:
-    """The hook files in the venv named by --venv or --python, found by the file system
-    alone: when the venv's Python does not start (a .pth of binary bytes kills every
+def hook_files_on_disk(venv: Path | None, python: Path | None,
+                       comfyui: Path | None = None) -> list[Path]:
+    """The hook files in the venv named by --venv, --python or --comfyui, found by the file
+    system alone: when the venv's Python does not start (a .pth of binary bytes kills every
     interpreter of the venv at `import site`), `disable` must still find its own file."""
     from ..state import venv_site_dirs
 
     prefixes = [venv] if venv is not None else []
     if python is not None:  # bin/python or Scripts\\python.exe of a venv; python.exe embedded
         prefixes += [python.parent.parent, python.parent]
+    if comfyui is not None:  # the portable build's Python, Desktop's or a clone's .venv
+        prefixes += [comfyui / "python_embeded", comfyui / ".venv", comfyui.parent / ".venv"]
     found: list[Path] = []
     for prefix in prefixes:
         for site in venv_site_dirs(prefix):
@@ -245,5 +248,6 @@ def disable_without_interpreter(paths: list[Path], why: str, out: TextIO | None 
     stream = out or sys.stdout
     for path in paths:
         path.unlink()
-        stream.write(f"Disabled: removed {path} (this venv's Python did not start: {why})\n")
+        stream.write(f"Disabled: removed {path} without reading it: this venv's Python did "
+                     f"not start ({why})\n")
     return 0
