@@ -94,3 +94,14 @@ def test_the_reader_reads_a_regular_file_and_reports_a_missing_one(tmp_path: Pat
         read_record_bytes(str(path), limit=4)
     with pytest.raises(FileNotFoundError):
         read_record_bytes(str(tmp_path / "none.json"))
+
+
+def test_enable_refuses_a_fifo_record_instead_of_hanging(
+        venv: tuple[Path, dict[str, str]]) -> None:
+    python, env = venv
+    folder = python.parent.parent / "sagedoctor"
+    folder.mkdir()
+    os.mkfifo(folder / "verified.json")
+    done = run_cli(["enable", "--python", str(python)], env, timeout=60)
+    assert done.returncode == 1 and "SD930" in done.stderr, done.stderr
+    assert not list(python.parent.parent.glob("lib/python*/site-packages/sagedoctor-*.pth"))
