@@ -398,9 +398,20 @@ def _main(argv: Sequence[str]) -> int:
             return run_enable(facts.target, comfyui=facts.comfyui, launch_flag=args.launch_flag,
                               verification=facts.verification)
         if args.command == "disable":
-            from .commands.enable import run_disable
+            from .commands.enable import (
+                disable_without_interpreter,
+                hook_files_on_disk,
+                run_disable,
+            )
 
-            facts = _inspect(args, ("python", "comfyui"))
+            try:
+                facts = _inspect(args, ("python", "comfyui"))
+            except TargetError as exc:
+                # A corrupt hook file kills the venv's Python: find it on disk and remove it.
+                ours = hook_files_on_disk(args.venv, args.python, args.comfyui)
+                if not ours:
+                    raise
+                return disable_without_interpreter(ours, exc.message.split(" (fix: ")[0])
             assert facts.target is not None
             return run_disable(facts.target, comfyui=facts.comfyui)
         if args.command == "verify":

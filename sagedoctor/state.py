@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import OutOfSpace, disk_full
+from .runtime.records import read_record_bytes
 
 SCHEMA_VERSION = 1
 VERDICTS = ("routing", "sdpa-only", "broken")
@@ -66,8 +67,8 @@ def parse_record(data: object) -> VerifyRecord | None:
 def load_status(prefix: Path) -> tuple[Status, VerifyRecord | None]:
     """'unverified' (no record), 'corrupt' (a record that does not parse) or 'verified'."""
     path = state_path(prefix)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # only a regular file, bounded, never blocking (a FIFO there must not hang check)
+        text = read_record_bytes(str(path)).decode("utf-8")
     except FileNotFoundError:
         return "unverified", None
     except (OSError, UnicodeDecodeError):

@@ -51,6 +51,31 @@ def test_no_record_or_a_failing_one_takes_the_slow_path(tmp_path: Path,
     assert not same and why == "no verify record"
 
 
+def test_a_fifo_arming_record_takes_the_slow_path_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FIFO at verified.json hung post-update's fast path (issue 20): read unblocked."""
+    import os
+    import threading
+
+    from sagedoctor.state import VerifyRecord, save_record, venv_record_path
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    venv = tmp_path / "vénv"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text("version = 3.12.3\n", encoding="utf-8")
+    save_record(venv, VerifyRecord("routing", "2026-01-01T00:00:00Z", {"python": "3.12.3"}))
+    venv_record_path(venv).unlink()
+    os.mkfifo(venv_record_path(venv))
+    found: list[tuple[bool, str]] = []
+    reader = threading.Thread(target=lambda: found.append(unchanged_since_verify(venv)),
+                              daemon=True)
+    reader.start()
+    reader.join(30)
+    assert found, "unchanged_since_verify blocked on the FIFO"
+    same, why = found[0]
+    assert not same and "is a FIFO, not a file" in why
+
+
 @pytest.mark.parametrize(("verdict", "crashed", "sage", "expected"), [
     ("broken", False, True, True),  # it no longer imports: rebuild
     (None, True, True, True),  # the self-test died: rebuild

@@ -75,9 +75,11 @@ def run_enable(target: TargetFacts, out: TextIO | None = None, *,
         raise EnableError(f"the runtime is not installed in {venv}",
                           f"run `sagedoctor install {_target_arg(target, comfyui)}` first")
     verified = Path(target.prefix) / "sagedoctor" / "verified.json"
-    try:
-        data = json.loads(verified.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    from ..runtime.records import read_record_bytes
+
+    try:  # a regular file only, never blocking: a FIFO there must not hang enable
+        data = json.loads(read_record_bytes(str(verified)).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         raise EnableError(f"{venv} has no passing verification",
                           f"run `sagedoctor verify {_target_arg(target, comfyui)}`; enable "
                           "needs a kernel that was proven correct and faster") from None
@@ -216,4 +218,36 @@ def run_disable(target: TargetFacts, out: TextIO | None = None, *,
         stream.write(f"Disabled: removed {path}\n")
     else:
         stream.write(f"Nothing to do: {path} does not exist\n")
+    return 0
+
+
+def hook_files_on_disk(venv: Path | None, python: Path | None,
+                       comfyui: Path | None = None) -> list[Path]:
+    """The hook files in the venv named by --venv, --python or --comfyui, found by the file
+    system alone: when the venv's Python does not start (a .pth of binary bytes kills every
+    interpreter of the venv at `import site`), `disable` must still find its own file."""
+    from ..state import venv_site_dirs
+
+    prefixes = [venv] if venv is not None else []
+    if python is not None:  # bin/python or Scripts\\python.exe of a venv; python.exe embedded
+        prefixes += [python.parent.parent, python.parent]
+    if comfyui is not None:  # the portable build's Python, Desktop's or a clone's .venv
+        prefixes += [comfyui / "python_embeded", comfyui / ".venv", comfyui.parent / ".venv"]
+    found: list[Path] = []
+    for prefix in prefixes:
+        for site in venv_site_dirs(prefix):
+            path = Path(site) / HOOK_FILE
+            if (path.is_file() or path.is_symlink()) and path not in found:
+                found.append(path)
+    return found
+
+
+def disable_without_interpreter(paths: list[Path], why: str, out: TextIO | None = None) -> int:
+    """Remove the hook files whatever is in them (binary bytes, not UTF-8, empty): the
+    file is ours, and reading it is not needed to know that."""
+    stream = out or sys.stdout
+    for path in paths:
+        path.unlink()
+        stream.write(f"Disabled: removed {path} without reading it: this venv's Python did "
+                     f"not start ({why})\n")
     return 0

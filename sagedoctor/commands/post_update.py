@@ -98,9 +98,13 @@ def unchanged_since_verify(prefix: Path) -> tuple[bool, str]:
         return False, "no verify record" if status == "unverified" else "the record is corrupt"
     if record.verdict != "routing":
         return False, f"the last verify's verdict was {record.verdict}"
-    try:
-        armed = json.loads(venv_record_path(prefix).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    from ..runtime.records import RecordUnreadable, read_record_bytes
+
+    try:  # a regular file only, never blocking: a FIFO there must not hang post-update
+        armed = json.loads(read_record_bytes(str(venv_record_path(prefix))).decode("utf-8"))
+    except RecordUnreadable as exc:
+        return False, f"the venv's arming record is unreadable: {exc}"
+    except (OSError, ValueError, RecursionError):
         return False, "the venv's arming record is missing"
     fingerprint = armed.get("fingerprint") if isinstance(armed, dict) else None
     if not isinstance(fingerprint, dict) or armed.get("verdict") != "routing":

@@ -22,11 +22,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .records import MAX_RECORD_BYTES, read_record_bytes
+
 SCHEMA_VERSION = 2
 # Which measurement wins when two exist for one shape: a full verify sweep over a quick one,
 # and over the few rounds an app's first calls can afford.
 SOURCE_RANK = {"verify": 3, "runtime": 2, "verify-quick": 1}
-MAX_FILE_BYTES = 8 * 1024 * 1024
+MAX_FILE_BYTES = MAX_RECORD_BYTES
 # The self-test's progress lines on stderr start with this (then JSON); the CLI parses them.
 PROGRESS_PREFIX = "SAGEDOCTOR_PROGRESS "
 
@@ -222,11 +224,9 @@ class Calibration:
 
 def load_calibration(path: str) -> Calibration:
     """The file's decisions; a missing, huge or corrupt file gives none (never raises)."""
-    try:
-        if os.path.getsize(path) > MAX_FILE_BYTES:
-            return Calibration()
-        with open(path, encoding="utf-8") as handle:
-            return Calibration.from_json(json.load(handle))
+    try:  # only a regular file, opened without blocking: a FIFO there must not hang the app
+        return Calibration.from_json(json.loads(
+            read_record_bytes(path, MAX_FILE_BYTES).decode("utf-8")))
     except (OSError, ValueError, RecursionError):
         return Calibration()
 

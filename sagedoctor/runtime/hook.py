@@ -108,15 +108,19 @@ def should_arm(prefix: "str | None" = None) -> bool:
     Every failure is one line on stderr at most, and SDPA stays in use."""
     import json
 
+    from .records import RecordUnreadable, read_record_bytes
+
     path = verified_path(prefix)
     try:
-        with open(path, encoding="utf-8") as handle:
-            saved = json.load(handle)
+        saved = json.loads(read_record_bytes(path).decode("utf-8"))
     except FileNotFoundError:
         _warn(f"this venv has no verification; SageAttention stays off "
               f"(run `{post_update_hint(prefix)}`)")
         return False
-    except (OSError, ValueError):
+    except RecordUnreadable as exc:
+        _warn(f"{exc}; SageAttention stays off (run `{post_update_hint(prefix)}`)")
+        return False
+    except (OSError, ValueError, RecursionError):
         _warn(f"{path} is unreadable; SageAttention stays off (run `{post_update_hint(prefix)}`)")
         return False
     if not isinstance(saved, dict) or saved.get("verdict") != "routing":
@@ -136,6 +140,30 @@ def should_arm(prefix: "str | None" = None) -> bool:
         _warn(", ".join(changed) + " changed since the last verify; SageAttention stays off "
               f"until `{post_update_hint(prefix)}` runs")
         maybe_auto_repair(saved, prefix)
+        return False
+    return calibration_readable(prefix)
+
+
+def calibration_readable(prefix: "str | None" = None) -> bool:
+    """The router reads calibration.json at the first attention call: something there that
+    is no file, or is too big to be one, keeps the hook off (one line) rather than stall or
+    slow the app then. No file is fine: the router measures the shapes itself."""
+    import stat
+
+    from .records import MAX_RECORD_BYTES, read_record_bytes
+
+    # the router's calibration_path(), without importing the router
+    path = os.environ.get("SAGEDOCTOR_CALIBRATION") or os.path.join(
+        prefix or sys.prefix, "sagedoctor", "calibration.json")
+    try:
+        found = os.stat(path)  # a stat, unlike an open, never waits on a FIFO
+        if stat.S_ISREG(found.st_mode) and found.st_size <= MAX_RECORD_BYTES:
+            return True
+        read_record_bytes(path)  # raises, saying what is there, without blocking
+    except FileNotFoundError:
+        return True
+    except OSError as exc:  # RecordUnreadable too
+        _warn(f"{exc}; SageAttention stays off (run `{post_update_hint(prefix)}`)")
         return False
     return True
 
