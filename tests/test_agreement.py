@@ -462,3 +462,18 @@ def test_the_gtx_1080_message_names_the_capability_it_needs() -> None:
     sd112 = next(f for f in result.findings if f.code == "SD112")
     assert "compute capability 6.1" in sd112.detail and "needs 8.0 or newer" in sd112.detail
     assert "8.0" in sd112.fix
+
+
+def test_a_pending_journal_on_a_ready_venv_is_sd199_and_a_recover_only_plan() -> None:
+    ready = [f for p, _m in _cases() if (f := _facts(p, "verified-hooked")) is not None
+             and isinstance((r := assess(f, INDEX)).plan, Plan) and not r.plan.steps
+             and exit_code(r.findings) == 0]
+    assert ready, "no profile is ready once verified"
+    facts = interrupted(lambda f: f)(ready[0])
+    assert facts is not None
+    result = assess(facts, INDEX)
+    assert exit_code(result.findings) == 1 and _codes(result, "error") == {"SD199"}
+    assert isinstance(result.plan, Plan)
+    assert [s.action for s in result.plan.steps] == ["recover"]
+    assert any("planned again" in n for n in result.plan.notes)
+    assert apply_plan(facts, result.plan).interrupted_install is None
