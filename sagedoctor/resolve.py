@@ -248,7 +248,7 @@ def _recover_steps(facts: Facts) -> tuple[list[Step], list[str]]:
     if pending is None:
         return [], []
     step = Step("recover", "Roll back the interrupted install",
-                f"{describe_pending(pending)}; nothing else is done on a half-installed venv",
+                f"{describe_pending(pending)}; the rollback comes before anything else",
                 paths=(pending.journal,))
     return [step], ["the steps after the rollback are planned again by `sagedoctor install` "
                     "from the venv as the rollback leaves it"]
