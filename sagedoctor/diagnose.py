@@ -27,11 +27,13 @@ from .facts import (
 from .findings import Finding, finding
 from .index import TritonRules, WheelIndex, shipped_index
 from .requirements import (
+    describe_pending,
     gpu_service,
     hooked_but_unverified,
     invokeai_switch_pending,
     known_wheel_problems,
     public_version,
+    recovery_fix,
     runtime_shortfall,
     verification_is_current,
 )
@@ -293,6 +295,16 @@ def check_python(target: TargetFacts, os_name: str) -> list[Finding]:
     if not target.is_venv:
         out.append(finding("SD134", "info", f"{target.prefix} is a base interpreter"))
     return out
+
+
+def check_interrupted(facts: Facts, os_name: str) -> list[Finding]:
+    """A journal a killed install left: the venv may be half-installed (SD199)."""
+    pending, target = facts.interrupted_install, facts.target
+    if pending is None or target is None:
+        return []
+    fix = ("wait for it to finish, then run `sagedoctor check` again" if pending.running
+           else recovery_fix(f"--venv {_venv_arg(target, os_name)}"))
+    return [finding("SD199", "error", describe_pending(pending), fix)]
 
 
 def torch_kernel_findings(target: TargetFacts, gpus: Iterable[Gpu], os_name: str,
@@ -861,6 +873,7 @@ def diagnose(facts: Facts, index: WheelIndex | None = None,
     sage: list[Finding] = []
     if facts.target:
         out += check_python(facts.target, os_name)
+        out += check_interrupted(facts, os_name)
         out += check_torch(facts.target, facts.gpu, os_name,
                            facts.system.machine if facts.system else "x86_64",
                            facts.toolchain.nvcc_version if facts.toolchain else None)

@@ -200,6 +200,16 @@ class VerificationFacts:
 
 
 @dataclass(frozen=True)
+class InterruptedInstall:
+    """A journal a killed `sagedoctor install` left for the target venv (SD199)."""
+
+    journal: str  # the journal file, in the user's state folder
+    pid: int | None = None  # the install's process, where the journal says
+    phase: str | None = None  # "preparing" (nothing changed yet) or "changing"
+    running: bool = False  # that process still runs: an install under way, not a dead one
+
+
+@dataclass(frozen=True)
 class Facts:
     system: SystemFacts | None
     gpu: GpuFacts | None
@@ -213,6 +223,8 @@ class Facts:
     areas: tuple[str, ...] = field(default_factory=tuple)
     verification: VerificationFacts | None = None
     comfyui: ComfyUIFacts | None = None  # absent from reports written before it was probed
+    # A pending install journal for the target venv; absent from older reports.
+    interrupted_install: InterruptedInstall | None = None
 
     def failure_for(self, area: str) -> ProbeFailure | None:
         return next((f for f in self.probe_failures if f.area == area), None)

@@ -367,6 +367,12 @@ _KINDS = [
                 "A source build needs about 3 GiB in the temporary folder; the venv and the "
                 "backups of what is replaced about 0.5 GiB each. Found before any download.",
                 "Free space (or point TMPDIR at a larger disk), then run again."),
+    FindingKind("SD199", "python", "Interrupted install not rolled back yet",
+                "A `sagedoctor install` was killed (SIGKILL, a power cut) and left its journal: "
+                "the venv may be half-installed, and the next install rolls it back first. "
+                "`verify`, `enable` and `post-update` refuse to arm the runtime until then.",
+                "`sagedoctor install --venv VENV` (it rolls the venv back first) or "
+                "`sagedoctor uninstall --venv VENV`."),
     FindingKind("SD190", "*", "Could not check",
                 "A probe failed or timed out; its areas were not checked.",
                 "Run with -v for details; the message names the failing step."),

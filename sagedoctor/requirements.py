@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from . import __version__, compat
-from .facts import Facts, Gpu, TargetFacts, VerificationFacts
+from .facts import Facts, Gpu, InterruptedInstall, TargetFacts, VerificationFacts
 from .index import WheelIndex
 
 # --- the GPUs an install route serves ------------------------------------------------------
@@ -114,3 +114,22 @@ def invokeai_switch_pending(facts: Facts) -> str | None:
     if choice is None or inv is None or inv.attention_backend == choice:
         return None
     return choice
+
+
+# --- an install killed half-way --------------------------------------------------------------
+
+def recovery_fix(venv_arg: str) -> str:
+    return (f"`sagedoctor install {venv_arg}` (it rolls the venv back first) or "
+            f"`sagedoctor uninstall {venv_arg}`")
+
+
+def describe_pending(pending: InterruptedInstall) -> str:
+    if pending.running:
+        return (f"an install (pid {pending.pid}) is changing this venv now (its journal: "
+                f"{pending.journal})")
+    changed = ("it had started changing the venv" if pending.phase == "changing"
+               else "it had not changed the venv yet" if pending.phase else
+               "its journal does not say how far it got")
+    who = f"pid {pending.pid}" if pending.pid is not None else "an unknown pid"
+    return (f"an install was interrupted ({who}; {changed}); its journal {pending.journal} "
+            "is still there, and the next install rolls the venv back to before it")

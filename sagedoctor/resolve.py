@@ -26,6 +26,7 @@ from .facts import Facts, Gpu, TargetFacts
 from .findings import Finding, finding
 from .index import LinuxIndex, WheelIndex, WindowsWheel, spec_text, wheel_supported_by
 from .requirements import (
+    describe_pending,
     gpu_service,
     hooked_but_unverified,
     invokeai_sage_choice,
@@ -111,8 +112,9 @@ class Step:
     config: tuple[tuple[str, str], ...] = ()
 
 
-ACTIONS = ("uninstall", "remove-leftovers", "install", "install-wheel", "install-from-index",
-           "build-from-source", "bundle-runtime", "enable-invokeai", "verify")
+ACTIONS = ("recover", "uninstall", "remove-leftovers", "install", "install-wheel",
+           "install-from-index", "build-from-source", "bundle-runtime", "enable-invokeai",
+           "verify")
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,19 @@ def _final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
                           "the start-up hook is on and no verify covers the build installed "
                           "now, so the runtime keeps SageAttention off until one passes"))
     return steps, notes
+
+
+def _recover_steps(facts: Facts) -> tuple[list[Step], list[str]]:
+    """A journal a killed install left (SD199): the install rolls the venv back before
+    anything else, then plans again from the venv as it is then."""
+    pending = facts.interrupted_install
+    if pending is None:
+        return [], []
+    step = Step("recover", "Roll back the interrupted install",
+                f"{describe_pending(pending)}; the rollback comes before anything else",
+                paths=(pending.journal,))
+    return [step], ["the steps after the rollback are planned again by `sagedoctor install` "
+                    "from the venv as the rollback leaves it"]
 
 
 # --- Windows ---------------------------------------------------------------------------------
@@ -624,5 +639,7 @@ def resolve_plan(facts: Facts, index: WheelIndex,
         return Blocked(tuple(problems))
     steps += more
     final, final_notes = _final_steps(facts, target, options, changed=bool(steps))
+    recover, recover_notes = _recover_steps(facts)
     return Plan(python=target.executable, prefix=target.prefix, os=os_name,
-                steps=tuple(steps + final), notes=tuple(notes + final_notes))
+                steps=tuple(recover + steps + final),
+                notes=tuple(recover_notes + notes + final_notes))

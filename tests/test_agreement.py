@@ -24,6 +24,7 @@ from sagedoctor.diagnose import exit_code, has_pip, quote
 from sagedoctor.facts import (
     Facts,
     Gpu,
+    InterruptedInstall,
     InvokeAIPackageFacts,
     SageFacts,
     TorchFacts,
@@ -128,6 +129,17 @@ def plain_triton(facts: Facts) -> Facts | None:
     return _target(with_runtime(facts) or facts, triton="3.6.0")
 
 
+def interrupted(base: Mutation, running: bool = False) -> Mutation:
+    """A journal a SIGKILLed install left for the venv (or, `running`, one still at work)."""
+    def mutate(facts: Facts) -> Facts | None:
+        changed = base(facts)
+        if changed is None or changed.target is None:
+            return None
+        return replace(changed, interrupted_install=InterruptedInstall(
+            "/state/venvs/0123456789abcdef.install/journal.json", 4242, "changing", running))
+    return mutate
+
+
 MUTATIONS: dict[str, Mutation] = {
     "as-recorded": lambda facts: facts,
     "runtime": with_runtime,
@@ -145,6 +157,9 @@ MUTATIONS: dict[str, Mutation] = {
     "h100-v100": gpus("9.0", "7.0"),
     "b300-h100": gpus("10.3", "9.0"),
     "plain-triton": plain_triton,
+    "interrupted": interrupted(lambda facts: facts),
+    "interrupted-verified-hooked": interrupted(_verified(hooked=True, stale=False)),
+    "interrupted-still-running": interrupted(with_runtime, running=True),
 }
 
 
@@ -270,7 +285,7 @@ def test_the_variations_are_not_vacuous() -> None:
     assert len(empty) >= 10 and len(steps) >= 50 and len(blocked) >= 50
     codes = {f.code for r in results for f in r.findings if f.severity == "error"}
     assert {"SD168", "SD191", "SD193", "SD183", "SD165", "SD205", "SD203", "SD204",
-            "SD197"} <= codes
+            "SD197", "SD199"} <= codes
 
 
 # --- what a fix does to the facts (the model the properties replay) ---------------------------
@@ -290,8 +305,11 @@ def apply_plan(facts: Facts, plan: Plan) -> Facts:
     target = facts.target
     inv = facts.invokeai
     record = facts.verification
+    pending = facts.interrupted_install
     for step in plan.steps:
-        if step.action == "uninstall":
+        if step.action == "recover":
+            pending = None
+        elif step.action == "uninstall":
             if "triton" in step.distributions:
                 target = replace(target, triton=None)
             if "sageattention" in step.distributions:
@@ -316,7 +334,8 @@ def apply_plan(facts: Facts, plan: Plan) -> Facts:
         elif step.action == "verify":
             hooked = record.hooked if record is not None else False
             record = _current_record(replace(facts, target=target), hooked)
-    return replace(facts, target=target, invokeai=inv, verification=record)
+    return replace(facts, target=target, invokeai=inv, verification=record,
+                   interrupted_install=pending)
 
 
 _TORCH = re.compile(r"torch==(?P<version>[\w.]+?)(?:\+\w+)? --index-url "
@@ -443,3 +462,18 @@ def test_the_gtx_1080_message_names_the_capability_it_needs() -> None:
     sd112 = next(f for f in result.findings if f.code == "SD112")
     assert "compute capability 6.1" in sd112.detail and "needs 8.0 or newer" in sd112.detail
     assert "8.0" in sd112.fix
+
+
+def test_a_pending_journal_on_a_ready_venv_is_sd199_and_a_recover_only_plan() -> None:
+    ready = [f for p, _m in _cases() if (f := _facts(p, "verified-hooked")) is not None
+             and isinstance((r := assess(f, INDEX)).plan, Plan) and not r.plan.steps
+             and exit_code(r.findings) == 0]
+    assert ready, "no profile is ready once verified"
+    facts = interrupted(lambda f: f)(ready[0])
+    assert facts is not None
+    result = assess(facts, INDEX)
+    assert exit_code(result.findings) == 1 and _codes(result, "error") == {"SD199"}
+    assert isinstance(result.plan, Plan)
+    assert [s.action for s in result.plan.steps] == ["recover"]
+    assert any("planned again" in n for n in result.plan.notes)
+    assert apply_plan(facts, result.plan).interrupted_install is None

@@ -18,11 +18,21 @@ def base() -> dict:
     return json.loads(PROFILE.read_text(encoding="utf-8"))
 
 
+def test_a_pending_install_journal_round_trips() -> None:
+    data = {**base(), "interrupted_install": {"journal": "/s/venvs/k.install/journal.json",
+                                              "pid": 4242, "phase": "changing",
+                                              "running": False}}
+    facts = facts_from_dict(data)
+    assert facts.interrupted_install is not None and facts.interrupted_install.pid == 4242
+    assert facts_to_dict(facts)["interrupted_install"] == data["interrupted_install"]
+
+
 def test_round_trip_is_lossless() -> None:
     facts = load_facts_file(PROFILE)
     assert facts_to_dict(facts_from_dict(facts_to_dict(facts))) == facts_to_dict(facts)
     # A report of before the verify record (the launcher markers, ComfyUI) loads with none.
-    expected = {**base(), "verification": None, "comfyui": None}
+    expected = {**base(), "verification": None, "comfyui": None,
+                "interrupted_install": None}  # ... and the pending journal (SD199)
     # ... and a version-1 report without torch's triton pin and C++ standard (version 2).
     expected["target"]["torch"] = {**expected["target"]["torch"], "triton_pin": None,
                                    "cxx_standard": None}
@@ -37,6 +47,9 @@ def test_round_trip_is_lossless() -> None:
     (lambda d: d["system"].update(cpu_count="16"), "facts.system.cpu_count: expected int"),
     (lambda d: d["system"].update(cpu_count=True), "expected int"),
     (lambda d: d["gpu"].update(evil=1), "unknown key(s) evil"),
+    (lambda d: d.update(interrupted_install={"journal": 7}),
+     "facts.interrupted_install.journal: expected str"),
+    (lambda d: d.update(interrupted_install={"journal": "j", "pid": True}), "expected int"),
     (lambda d: d["target"].pop("executable"), "missing key 'executable'"),
     (lambda d: d["gpu"].update(gpus={"0": 1}), "expected a list"),
     (lambda d: d["target"]["torch"].update(cuda=13.0), "expected str"),

@@ -15,6 +15,7 @@ PROFILES = Path(__file__).parent / "profiles"
 # profile -> (codes that must be reported at warn/error/info, exit code)
 EXPECTED: dict[str, tuple[set[str], int]] = {
     "linux-h200-ready": ({"SD166"}, 0),
+    "linux-h200-install-interrupted": ({"SD166", "SD199"}, 1),
     "linux-cpu-machine-no-torch": ({"SD111", "SD141", "SD161"}, 2),
     "linux-amd-gpu": ({"SD111"}, 2),
     "macos-apple": ({"SD101", "SD111"}, 2),

@@ -21,8 +21,12 @@ import pytest
 
 from sagedoctor.install.errors import InstallLocked
 from sagedoctor.install.execute import Executor
+from sagedoctor.install.lock import venv_state_dir
+from sagedoctor.install.pending import pending_install
 from sagedoctor.install.runner import InstallError
+from sagedoctor.install.transaction import Journal
 from sagedoctor.resolve import Step
+from tests.standins import clean_env, run_cli
 from tests.test_install_kit import (
     add_installed_sage,
     fake_source,
@@ -121,9 +125,9 @@ print("DONE", flush=True)
 
 
 def start(python: Path, source: Path, tmp_path: Path,
-          config: Path | None = None) -> subprocess.Popen[str]:
+          config: Path | None = None, state: Path | None = None) -> subprocess.Popen[str]:
     cfg = {"python": str(python), "source": str(source), "logs": str(tmp_path / "logs"),
-           "cache": str(tmp_path / "cache"), "state": str(tmp_path / "state"),
+           "cache": str(tmp_path / "cache"), "state": str(state or tmp_path / "state"),
            "config": str(config) if config else None}
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), BUILD_PIDS=str(tmp_path / "pids"),
                SAGEDOCTOR_SMOKE_DEVICE="cpu", SMOKE_HANG_FILE=str(tmp_path / "hang"))
@@ -221,6 +225,98 @@ def test_sigkill_mid_change_is_rolled_back_by_the_next_run(venv: tuple[Path, Pat
     out, _ = again.communicate(timeout=120)
     assert "the venv is as before the install: sageattention 2.1.1" in out, out
     assert tree_hashes(site) == before
+
+
+def test_after_a_sigkill_check_says_sd199_and_verify_enable_post_update_refuse(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    python, site = venv
+    prefix = python.parent.parent
+    env = clean_env(tmp_path)
+    state = tmp_path / "home" / ".local" / "state" / "sagedoctor"  # the CLI's, under HOME
+    (tmp_path / "hang").write_text("", encoding="utf-8")  # the new sageattn() hangs
+    proc = start(python, fake_source(tmp_path / "src"), tmp_path, state=state)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("smoke check:"):
+            break
+    proc.kill()
+    proc.communicate(timeout=30)
+    (tmp_path / "hang").unlink()
+    [journal] = state.rglob("journal.json")  # killed with the new version in place
+
+    checked = run_cli(["check", "python", "--venv", str(prefix), "--json"], env, timeout=120)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    [found] = [f for f in report["findings"] if f["code"] == "SD199"]
+    assert found["severity"] == "error" and str(journal) in found["detail"]
+    assert "an install was interrupted" in found["detail"]
+    assert found["fix"].startswith("`sagedoctor install --venv")
+    assert "rolls the venv back first" in found["fix"]
+    assert report["facts"]["interrupted_install"]["phase"] == "changing"
+    shown = run_cli(["check", "python", "--venv", str(prefix)], env, timeout=120)
+    assert shown.returncode == 1 and "SD199" in shown.stdout, shown.stdout
+
+    for command in (["verify", "--quick"], ["enable"], ["post-update", "--yes"]):
+        refused = run_cli([*command, "--venv", str(prefix)], env, timeout=120)
+        said = refused.stdout + refused.stderr
+        assert refused.returncode == 1, (command, said)
+        assert "error SD199: an install was interrupted" in said, (command, said)
+        assert "refuses to arm the runtime" in said and "sagedoctor install --venv" in said
+    assert not (prefix / "sagedoctor" / "verified.json").exists()
+    assert not (site / "sagedoctor-runtime.pth").exists()
+    assert journal.is_file()  # refusing touched nothing
+
+    again = start(python, fake_source(tmp_path / "src2"), tmp_path, state=state)
+    out, _ = again.communicate(timeout=120)
+    assert "the venv is as before the install: sageattention 2.1.1" in out, out
+    assert not journal.exists()
+    after = run_cli(["check", "python", "--venv", str(prefix), "--json"], env, timeout=120)
+    report = json.loads(after.stdout)
+    assert "SD199" not in {f["code"] for f in report["findings"]}, report["findings"]
+    assert report["facts"]["interrupted_install"] is None
+
+
+def test_a_plan_of_only_the_recovery_rolls_back_and_ends_without_an_error(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    python, _site = venv
+    state = tmp_path / "state"
+    folder = venv_state_dir(python.parent.parent, state)
+    journal = Journal(folder)  # as the transaction writes it, of a process that is gone
+    journal.begin(python, python.parent.parent, tmp_path / "old work", tmp_path / "old.log")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    journal.write(pid=int(dead.stdout))
+    pending = pending_install(python.parent.parent, state)
+    assert pending is not None and pending.phase == "preparing" and not pending.running
+    said: list[str] = []
+    recover = Step("recover", "Roll back the interrupted install", "why",
+                   paths=(str(journal.path),))
+    executor(python, tmp_path, recover, progress=said.append).run("0.1.0")
+    assert any("was interrupted; recovering" in m for m in said), said
+    assert pending_install(python.parent.parent, state) is None
+    with pytest.raises(InstallError, match="rolled back first"):  # more than that: plan again
+        journal.begin(python, python.parent.parent, tmp_path / "w", tmp_path / "l.log")
+        journal.write(pid=int(dead.stdout))
+        executor(python, tmp_path, recover, build_step(fake_source(tmp_path / "src"))
+                 ).run("0.1.0")
+
+
+def test_a_journal_that_cannot_be_read_is_still_pending(tmp_path: Path) -> None:
+    prefix = tmp_path / "venv ü"
+    folder = venv_state_dir(prefix, tmp_path / "state")
+    folder.mkdir(parents=True)
+    (folder / "journal.json").write_bytes(b"\xff\x00 not json")
+    pending = pending_install(prefix, tmp_path / "state")
+    assert pending is not None and pending.pid is None and pending.phase is None
+    (folder / "journal.json").unlink()
+    os.mkfifo(folder / "journal.json")  # a FIFO must not block the probe
+    pending = pending_install(prefix, tmp_path / "state")
+    assert pending is not None and pending.pid is None
+    (folder / "journal.json").unlink()
+    (folder / "journal.json").write_text(json.dumps({"pid": os.getpid(), "phase": "changing"}))
+    pending = pending_install(prefix, tmp_path / "state")
+    assert pending is not None and pending.running  # an install at work now, not a dead one
+    assert pending_install(tmp_path / "another venv", tmp_path / "state") is None
 
 
 def sha256_of(path: Path) -> str:

@@ -67,6 +67,10 @@ def run_enable(target: TargetFacts, out: TextIO | None = None, *,
                comfyui: ComfyUIFacts | None = None, launch_flag: bool = False,
                verification: VerificationFacts | None = None) -> int:
     stream = out or sys.stdout
+    from ..install.pending import refuse_if_pending
+
+    # A killed install's journal: the venv is half-installed and the next install rolls it back.
+    refuse_if_pending(Path(target.prefix), "enable", _target_arg(target, comfyui))
     if launch_flag:
         return _enable_launch_flag(target, comfyui, verification, stream)
     _refuse_where_site_never_runs(target, comfyui)  # first: it is why nothing else is seen

@@ -151,6 +151,9 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
     line on the output (stderr with --json)."""
     import datetime
 
+    from ..diagnose import quote
+    from ..install.pending import refuse_if_pending
+    from ..probe.target import current_os
     from ..state import record_verification, venv_record_path
     from ..verify import (
         agreement,
@@ -167,6 +170,8 @@ def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,
         write_calibration,
     )
 
+    # What verify proves of a half-installed venv the next install rolls back would arm it.
+    refuse_if_pending(prefix, "verify", f"--venv {quote(str(prefix), current_os())}")
     stream = out or sys.stdout
     if progress is None:
         progress = _progress_printer(sys.stderr if as_json or out is not None else stream)

@@ -183,9 +183,19 @@ def _what_changed(prefix: Path, live: dict[str, Any]) -> list[str]:
     return fingerprint_differences(record.fingerprint, live)
 
 
+def _refuse_if_interrupted(prefix: Path) -> None:
+    from ..diagnose import quote
+    from ..install.pending import refuse_if_pending
+    from ..probe.target import current_os
+
+    refuse_if_pending(prefix, "post-update", f"--venv {quote(str(prefix), current_os())}")
+
+
 def run_post_update(options: PostUpdateOptions, out: TextIO | None = None) -> int:
     stream = out or sys.stdout
     prefix = venv_prefix_of(options)
+    if prefix is not None:  # a killed install's half-done venv is not verified, nor repaired
+        _refuse_if_interrupted(prefix)
     # Not a venv (a conda env, no pyvenv.cfg): no fast path; the probe says what it is.
     if prefix is not None and (prefix / "pyvenv.cfg").is_file():
         same, detail = unchanged_since_verify(prefix)
@@ -215,6 +225,7 @@ def _slow_path(options: PostUpdateOptions, stream: TextIO) -> int:
                               + (f": {failure.message}" if failure else ""),
                               "pass --venv DIR or --python EXE")
     python, prefix = Path(target.executable), Path(target.prefix)
+    _refuse_if_interrupted(prefix)  # keyed by the prefix the install uses
     try:
         return _reverify_and_repair(options, stream, facts, probe, python, prefix)
     finally:

@@ -64,7 +64,7 @@ from .wheelcheck import check_wheel, landing_paths
 
 Progress = Callable[[str], None]
 BytesProgress = Callable[[str, int, int | None], None]  # (file name, received, size or None)
-SUPPORTED = frozenset({"uninstall", "remove-leftovers", "install", "install-wheel",
+SUPPORTED = frozenset({"recover", "uninstall", "remove-leftovers", "install", "install-wheel",
                        "install-from-index", "build-from-source", "bundle-runtime",
                        "enable-invokeai", "verify"})
 SAGE_ACTIONS = frozenset({"install-wheel", "install-from-index", "build-from-source"})
@@ -191,6 +191,8 @@ class Executor:
             folder = venv_state_dir(self.prefix, self.state_root)
             with venv_lock(folder, self.prefix, self.say):
                 if recover_interrupted(folder, self.say):
+                    if all(s.action == "recover" for s in self.plan.steps):
+                        return  # the plan was that rollback and nothing else
                     raise RecoveredInterruptedRun(
                         "an interrupted install was rolled back first; this plan was made "
                         "before that", "run `sagedoctor install` again: it plans afresh")
@@ -465,8 +467,8 @@ class Executor:
     def _apply(self, prepared: dict[int, Path], moves: list[tuple[str, str]]) -> None:
         total = len(self.plan.steps)
         for number, step in enumerate(self.plan.steps, 1):
-            if step.action == "verify":
-                continue  # the caller verifies, after the proof
+            if step.action in ("verify", "recover"):
+                continue  # the caller verifies, after the proof; the recovery ran on entry
             self.say(f"[{number}/{total}] {step.title}")
             try:
                 self._step(step, prepared.get(number), moves)

@@ -77,6 +77,8 @@ def area_row(area: str, findings: Iterable[Finding]) -> AreaRow:
 def step_changes(step: Step) -> str:
     """What this step does to the venv, in one line."""
     names = ", ".join(step.distributions)
+    if step.action == "recover":
+        return "rolls the venv back to before the interrupted install"
     if step.action == "uninstall":
         return f"removes {names}"
     if step.action == "remove-leftovers":

@@ -158,6 +158,11 @@ SAGE_WIN = WIN_4090["target"]["sageattention"]
 
 PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "linux-h200-ready": (LINUX_H200, {"target": {"runtime": RUNTIME}}),
+    # The ready H200 after an install was SIGKILLed mid-change: its journal is pending (SD199).
+    "linux-h200-install-interrupted": (LINUX_H200, {"target": {"runtime": RUNTIME},
+        "interrupted_install": {
+            "journal": "/home/user/.local/state/sagedoctor/venvs/3f2a9c1d0b7e4a56.install/"
+                       "journal.json", "pid": 48213, "phase": "changing", "running": False}}),
     "linux-cpu-machine-no-torch": (LINUX_H200, {"gpu": NO_GPU, "target": {
         "torch": None, "triton": None, "sageattention": None}}),
     "linux-amd-gpu": (LINUX_H200, {"gpu": {**NO_GPU, "gpus": [
