@@ -276,6 +276,34 @@ def test_after_a_sigkill_check_says_sd199_and_verify_enable_post_update_refuse(
     assert report["facts"]["interrupted_install"] is None
 
 
+def test_uninstall_after_a_sigkill_rolls_the_install_back_first(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    python, site = venv
+    prefix = python.parent.parent
+    before = tree_hashes(site)
+    env = clean_env(tmp_path)
+    state = tmp_path / "home" / ".local" / "state" / "sagedoctor"  # the CLI's, under HOME
+    (tmp_path / "hang").write_text("", encoding="utf-8")  # the new sageattn() hangs
+    proc = start(python, fake_source(tmp_path / "src"), tmp_path, state=state)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("smoke check:"):
+            break
+    proc.kill()
+    proc.communicate(timeout=30)
+    (tmp_path / "hang").unlink()
+    [journal] = state.rglob("journal.json")
+    assert tree_hashes(site) != before  # killed with the new version in place
+
+    done = run_cli(["uninstall", "--venv", str(prefix), "--yes"], env, timeout=120)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "SD914" in said and "uninstall` again" in said, said
+    assert "was interrupted; recovering before anything else" in said, said
+    assert tree_hashes(site) == before and not journal.exists()  # as before the install
+    checked = run_cli(["check", "python", "--venv", str(prefix), "--json"], env, timeout=120)
+    assert "SD199" not in {f["code"] for f in json.loads(checked.stdout)["findings"]}
+
+
 def test_a_plan_of_only_the_recovery_rolls_back_and_ends_without_an_error(
         venv: tuple[Path, Path], tmp_path: Path) -> None:
     python, _site = venv

@@ -124,14 +124,22 @@ def run_uninstall(target: TargetFacts, *, yes: bool, dry_run: bool, everything: 
     if dry_run:
         return _uninstall(target, prefix, stream, answers, invokeai, yes=yes, dry_run=True,
                           everything=everything)
-    from ..install.errors import InstallLocked
+    from ..install.errors import InstallLocked, RecoveredInterruptedRun
     from ..install.lock import venv_lock, venv_state_dir
+    from ..install.transaction import recover_interrupted
 
     def say(line: str) -> None:
         stream.write(f"{line}\n")
 
+    folder = venv_state_dir(prefix, state_root)
     try:  # the install's lock: its in-flight files are not removed under it
-        with venv_lock(venv_state_dir(prefix, state_root), prefix, say):
+        with venv_lock(folder, prefix, say):
+            # an interrupted install (SD199) is rolled back first, as install does; what
+            # sagedoctor left is then read anew by the next run, not from facts taken before
+            if recover_interrupted(folder, say):
+                raise RecoveredInterruptedRun(
+                    "an interrupted install was rolled back first; nothing else was removed",
+                    "run `sagedoctor uninstall` again to remove what sagedoctor left")
             return _uninstall(target, prefix, stream, answers, invokeai, yes=yes,
                               dry_run=False, everything=everything)
     except InstallLocked as exc:
