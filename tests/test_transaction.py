@@ -205,12 +205,11 @@ def test_sigkill_mid_build_is_recovered_by_the_next_run(venv: tuple[Path, Path],
     assert third.returncode == 0 and "DONE" in out, out
 
 
-def test_sigkill_mid_change_is_rolled_back_by_the_next_run(venv: tuple[Path, Path],
-                                                           tmp_path: Path) -> None:
-    python, site = venv
-    before = tree_hashes(site)
-    (tmp_path / "hang").write_text("", encoding="utf-8")  # the new sageattn() hangs
-    proc = start(python, fake_source(tmp_path / "src"), tmp_path)
+def kill_at_the_smoke_check(python: Path, tmp_path: Path, state: Path | None = None) -> None:
+    """SIGKILL an install once the new version is in place (its sageattn() hangs the smoke
+    check), leaving its journal in the 'changing' phase."""
+    (tmp_path / "hang").write_text("", encoding="utf-8")
+    proc = start(python, fake_source(tmp_path / "src"), tmp_path, state=state)
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.startswith("smoke check:"):
@@ -218,6 +217,13 @@ def test_sigkill_mid_change_is_rolled_back_by_the_next_run(venv: tuple[Path, Pat
     proc.kill()
     proc.communicate(timeout=30)
     (tmp_path / "hang").unlink()
+
+
+def test_sigkill_mid_change_is_rolled_back_by_the_next_run(venv: tuple[Path, Path],
+                                                           tmp_path: Path) -> None:
+    python, site = venv
+    before = tree_hashes(site)
+    kill_at_the_smoke_check(python, tmp_path)
     assert tree_hashes(site) != before  # killed with the new version in place
     journal = json.loads(next((tmp_path / "state").rglob("journal.json")).read_text())
     assert journal["phase"] == "changing"
@@ -233,15 +239,7 @@ def test_after_a_sigkill_check_says_sd199_and_verify_enable_post_update_refuse(
     prefix = python.parent.parent
     env = clean_env(tmp_path)
     state = tmp_path / "home" / ".local" / "state" / "sagedoctor"  # the CLI's, under HOME
-    (tmp_path / "hang").write_text("", encoding="utf-8")  # the new sageattn() hangs
-    proc = start(python, fake_source(tmp_path / "src"), tmp_path, state=state)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("smoke check:"):
-            break
-    proc.kill()
-    proc.communicate(timeout=30)
-    (tmp_path / "hang").unlink()
+    kill_at_the_smoke_check(python, tmp_path, state)
     [journal] = state.rglob("journal.json")  # killed with the new version in place
 
     checked = run_cli(["check", "python", "--venv", str(prefix), "--json"], env, timeout=120)
@@ -283,15 +281,7 @@ def test_uninstall_after_a_sigkill_rolls_the_install_back_first(
     before = tree_hashes(site)
     env = clean_env(tmp_path)
     state = tmp_path / "home" / ".local" / "state" / "sagedoctor"  # the CLI's, under HOME
-    (tmp_path / "hang").write_text("", encoding="utf-8")  # the new sageattn() hangs
-    proc = start(python, fake_source(tmp_path / "src"), tmp_path, state=state)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("smoke check:"):
-            break
-    proc.kill()
-    proc.communicate(timeout=30)
-    (tmp_path / "hang").unlink()
+    kill_at_the_smoke_check(python, tmp_path, state)
     [journal] = state.rglob("journal.json")
     assert tree_hashes(site) != before  # killed with the new version in place
 
