@@ -5,8 +5,8 @@ On a GPU machine with SageAttention installed in the target venv (and the runtim
 
 1. `--full N` full verifies, each after the venv's calibration file is removed (what a verify
    after a new build or torch sees: nothing stored to keep), timed wall to wall;
-2. a verify right after (nothing changed for the kernels' inputs: a sample is re-timed, the
-   rest kept);
+2. `--unchanged N` verifies right after (nothing changed for the kernels' inputs: a sample is
+   re-timed, the rest kept);
 3. `verify --fresh` (every shape decided anew, the stored decisions ignored).
 
 Then the agreement of the full runs: the verdict per GPU, dtype and head size; the app shapes'
@@ -97,6 +97,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--python", required=True, help="the target venv's interpreter")
     parser.add_argument("--full", type=int, default=3, help="full verifies (default 3)")
+    parser.add_argument("--unchanged", type=int, default=1,
+                        help="verifies after nothing changed, one after another (default 1)")
     parser.add_argument("--json", metavar="FILE", help="write the results here as they come")
     parser.add_argument("--skip", action="append", default=[], choices=("unchanged", "fresh"),
                         help="leave out a step (to split the runs over two calls)")
@@ -124,13 +126,16 @@ def main() -> int:
               f"{row['timed_ms']} ms timing); {data['report'].get('timing')}", flush=True)
         save()
     if "unchanged" not in args.skip:
-        took, data = verify(cli, args.python, env)
-        out["unchanged"] = summary(took, data)
-        print(f"nothing changed: {took:.1f} s, kept {out['unchanged']['points_kept']}, "
-              f"re-timed {out['unchanged']['points_measured']}: "
-              f"{out['unchanged']['reuse'].get('why')}; {data['report'].get('timing')}",
-              flush=True)
-        save()
+        out["unchanged_runs"] = []
+        for number in range(args.unchanged):
+            took, data = verify(cli, args.python, env)
+            row = summary(took, data)
+            out["unchanged_runs"].append(row)
+            out["unchanged"] = row
+            print(f"nothing changed {number + 1}: {took:.1f} s, kept {row['points_kept']}, "
+                  f"re-timed {row['points_measured']} ({row['timed_ms']} ms): "
+                  f"{row['reuse'].get('why')}; {data['report'].get('timing')}", flush=True)
+            save()
     if "fresh" not in args.skip:
         took, data = verify(cli, args.python, env, "--fresh")
         out["fresh"] = summary(took, data)

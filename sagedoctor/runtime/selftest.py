@@ -12,9 +12,9 @@ whether that is correct.
 
 Reuse: where the decisions stored for this build were measured with the same kernel inputs
 (SageAttention's and torch's installed files, the GPU and its driver), correctness is checked
-again on every key, but only a sample of the stored shapes is timed again (the app shapes and
-each crossover's routed side); if the sample agrees, the rest are kept, otherwise that family
-is measured anew. `--fresh` decides everything anew.
+again on every key, but only a sample of the stored shapes is timed again (per family the most
+clearly routed and the most clearly kept length); if the sample agrees, the rest are kept,
+otherwise that family is measured anew. `--fresh` decides everything anew.
 
 `--progress` writes one line per shape to stderr (PROGRESS_PREFIX, then JSON: key, shape,
 shapes done and an estimate of those left, seconds spent and left) for verify's output.
@@ -306,19 +306,19 @@ def family_points(earlier: dict[str, Decision], dtype: str, d: int, batch: int, 
     return out
 
 
-def reuse_sample(stored: dict[int, Decision], apps: tuple[int, ...]) -> list[int]:
-    """The stored lengths a reusing verify times again: a family's app lengths; in a family
-    without app shapes, the routed side of each crossover (else the longest length, where
-    nothing is routed)."""
-    lengths = sorted(stored)
-    sample = {t for t in apps if t in stored}
-    if sample:
-        return sorted(sample)
-    for lower, upper in itertools.pairwise(lengths):
-        if stored[upper].route and not stored[lower].route:
-            sample.add(upper)
-    if not any(stored[t].route for t in lengths) and lengths:
-        sample.add(lengths[-1])
+def reuse_sample(stored: dict[int, Decision]) -> list[int]:
+    """The stored lengths a reusing verify times again: the most clearly routed length (the
+    highest lower bound) and the most clearly kept one (the lowest upper bound). Each settles
+    in one paired sample, so the check that the GPU still behaves as measured costs a fraction
+    of a second; a close call (an app shape at the margin) would need the sustained stage and
+    is kept, as `--fresh` is there to decide those anew."""
+    routed = [t for t in stored if stored[t].route]
+    kept = [t for t in stored if not stored[t].route]
+    sample = set()
+    if routed:
+        sample.add(max(routed, key=lambda t: (stored[t].low, -t)))
+    if kept:
+        sample.add(min(kept, key=lambda t: (stored[t].high, t)))
     return sorted(sample)
 
 
@@ -403,8 +403,11 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
             for d in head_dims:
                 for batch, heads in SWEEP_SHAPES.get(d, ((1, 16),))[:1 if quick else None]:
                     apps = APP_LENGTHS.get((dtype_name, d, batch, heads), ())
+                    # Reusing, a family re-times its two sample lengths (more if they disagree).
+                    expected = (2 if reuse and not quick
+                                else len(initial_lengths(sweep, apps)) + (0 if quick else 2))
                     tracker.plan(_family_label(dtype_name, d, batch, heads, index, count),
-                                 len(initial_lengths(sweep, apps)) + (0 if quick else 2))
+                                 expected)
     for index in range(count):
         device = torch.device("cuda", index)
         major, minor = torch.cuda.get_device_capability(device)
@@ -595,7 +598,7 @@ def _family(measure: Callable[[int], dict[str, Any]], tick: Callable[[int, int, 
     """One (dtype, head size, batch x heads) family's points: a sample of the stored ones
     timed again and the rest kept where the sample agrees, else bisection from scratch."""
     if stored:
-        sample = reuse_sample(stored, apps)
+        sample = reuse_sample(stored)
         timed = []
         for i, tokens in enumerate(sample):
             timed.append(measure(tokens))
