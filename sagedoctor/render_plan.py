@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .diagnose import exit_code
-from .resolve import Blocked, Plan, Step
+from .plan import Blocked, Plan, Step
 from .terminal_text import one_line, safe_json
 
 PLAN_SCHEMA_VERSION = 1

@@ -28,8 +28,8 @@ from packaging.utils import canonicalize_name
 
 from ..install_record import record_install
 from ..invokeai_config import ConfigEdit, enable_invokeai, save_edit_record
+from ..plan import ACTIONS, PACKAGE_ACTIONS, SAGE_ACTIONS, BuildSettings, Plan, Step
 from ..proc import ToolMissing, ToolTimeout
-from ..resolve import BuildSettings, Plan, Step
 from ..target_answer import ask_target, with_answer_function
 from .bundle import build_runtime_wheel
 from .cache import Cache, built_key, default_cache_dir, file_sha256, safe_file_name
@@ -64,11 +64,6 @@ from .wheelcheck import check_wheel, landing_paths
 
 Progress = Callable[[str], None]
 BytesProgress = Callable[[str, int, int | None], None]  # (file name, received, size or None)
-SUPPORTED = frozenset({"recover", "uninstall", "remove-leftovers", "install", "install-wheel",
-                       "install-from-index", "build-from-source", "bundle-runtime",
-                       "enable-invokeai", "verify"})
-SAGE_ACTIONS = frozenset({"install-wheel", "install-from-index", "build-from-source"})
-PACKAGE_ACTIONS = SAGE_ACTIONS | {"install", "bundle-runtime"}
 DEFAULT_INDEX = "https://pypi.org/simple/"
 GITHUB_API = "https://api.github.com"
 REPORT_EVERY_S = 15.0  # progress on a long download or build, so it never looks hung
@@ -176,7 +171,7 @@ class Executor:
         self.progress(message)
 
     def run(self, runtime_version: str) -> None:
-        unsupported = [s.action for s in self.plan.steps if s.action not in SUPPORTED]
+        unsupported = [s.action for s in self.plan.steps if s.action not in ACTIONS]
         if unsupported:
             raise InstallError(f"this sagedoctor cannot yet carry out: {', '.join(unsupported)}",
                                "nothing was changed; do that step by hand (see `sagedoctor "
