@@ -10,10 +10,12 @@ from dataclasses import dataclass
 
 from .findings import Finding
 
-# Every action a Step may name, in the order an install plan lists them.
+# Every action a Step may name: an install plan's in the order it lists them, then those only
+# an uninstall plan has (hook, invokeai.yaml, the replaced version back, records last).
 ACTIONS = ("recover", "uninstall", "remove-leftovers", "install", "install-wheel",
            "install-from-index", "build-from-source", "bundle-runtime", "enable-invokeai",
-           "verify")
+           "verify", "remove-hook", "restore-invokeai", "unset-invokeai-key", "put-back",
+           "remove-records")
 # The steps that put a SageAttention build in place (and are smoke-checked after).
 SAGE_ACTIONS = frozenset({"install-wheel", "install-from-index", "build-from-source"})
 # The steps that install a wheel prepared before the venv is touched.
@@ -84,6 +86,7 @@ class Plan:
     os: str
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()
+    purpose: str = "install"  # or "uninstall": what the executor and the renderer say it is
 
     @property
     def changed_distributions(self) -> frozenset[str]:

@@ -56,7 +56,10 @@ def render_plan_text(result: Plan | Blocked, *, header: str = "") -> str:
             if f.fix:
                 lines.append(f"      fix: {f.fix}")
         return _joined(lines)
-    if not result.steps:
+    if result.purpose == "uninstall":
+        if not result.steps:  # else the caller's header says what it would change
+            lines.append(f"Nothing to do: sagedoctor left nothing in {result.prefix}")
+    elif not result.steps:
         lines.append(f"Nothing to do: SageAttention in {result.prefix} already matches this "
                      "machine. `sagedoctor verify` proves it on the GPU.")
     else:
