@@ -417,3 +417,27 @@ def test_uninstall_dry_run_changes_nothing(tmp_path: Path, invokeai_root: Path) 
         assert any(line.startswith(f"  {number}. {title}") for line in lines), (title, lines)
     assert "Proceed?" not in dry.stdout and "[1/" not in dry.stdout  # nothing was run
     assert (tree_hashes(invokeai_root), tree_hashes(state)) == before
+
+
+def test_uninstall_is_refused_up_front_while_the_venvs_invokeai_runs(
+        tmp_path: Path, invokeai_root: Path) -> None:
+    """Without --all nothing edits invokeai.yaml, but the runtime InvokeAI has loaded would
+    be pulled away: the executor's preflight refuses, as it does for an install."""
+    venv = invokeai_root / ".venv"
+    hook = next(venv.glob("lib/python3*/site-packages")) / "sagedoctor-runtime.pth"
+    hook.write_text("import sagedoctor_runtime.hook\n", encoding="utf-8")
+    before = dists(venv)
+    script = venv / "bin" / "invokeai-web"
+    script.write_text("import time\ntime.sleep(60)\n", encoding="utf-8")
+    child = subprocess.Popen([str(venv_python(venv)), str(script)])
+    try:
+        time.sleep(0.3)  # let the process show its argv
+        refused = uninstall(["--venv", str(venv), "--root", str(invokeai_root), "--yes"],
+                            offline_env(tmp_path))
+    finally:
+        child.kill()
+        child.wait()
+    assert refused.returncode != 0
+    assert "SD931" in refused.stderr and "SD196" in refused.stderr, refused.stderr
+    assert f"pid {child.pid}" in refused.stderr
+    assert dists(venv) == before and hook.exists() and (venv / "sagedoctor").is_dir()
