@@ -100,7 +100,7 @@ def run_uninstall(target: TargetFacts, *, yes: bool, dry_run: bool, everything: 
 
     try:  # the install's lock: its in-flight files are not removed under it
         execute_plan(plan, say, log_dir or default_log_dir(), __version__,
-                     state_root=state_root, log_name=None)
+                     state_root=state_root)
     except InstallLocked as exc:
         raise InstallLocked(f"cannot uninstall now: {exc.message}",
                             "wait for the install to finish, then run uninstall again; "
