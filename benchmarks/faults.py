@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from sagedoctor.errors import SagedoctorError  # noqa: E402
 from sagedoctor.install.execute import Executor  # noqa: E402
 from sagedoctor.install.runner import Installer  # noqa: E402
-from sagedoctor.resolve import Step  # noqa: E402
+from sagedoctor.plan import Step  # noqa: E402
 from tests.test_install_kit import (  # noqa: E402
     SAGE_GARBAGE,
     Site,

@@ -13,7 +13,8 @@ from .diagnose import diagnose
 from .facts import Facts
 from .findings import Finding
 from .index import WheelIndex
-from .resolve import Blocked, Plan, ResolveOptions, resolve_plan
+from .plan import Blocked, Plan
+from .resolve import ResolveOptions, resolve_plan
 
 
 @dataclass(frozen=True)

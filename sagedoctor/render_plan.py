@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .diagnose import exit_code
-from .resolve import Blocked, Plan, Step
+from .plan import Blocked, Plan, Step
 from .terminal_text import one_line, safe_json
 
 PLAN_SCHEMA_VERSION = 1
@@ -56,7 +56,10 @@ def render_plan_text(result: Plan | Blocked, *, header: str = "") -> str:
             if f.fix:
                 lines.append(f"      fix: {f.fix}")
         return _joined(lines)
-    if not result.steps:
+    if result.purpose == "uninstall":
+        if not result.steps:  # else the caller's header says what it would change
+            lines.append(f"Nothing to do: sagedoctor left nothing in {result.prefix}")
+    elif not result.steps:
         lines.append(f"Nothing to do: SageAttention in {result.prefix} already matches this "
                      "machine. `sagedoctor verify` proves it on the GPU.")
     else:

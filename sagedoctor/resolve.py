@@ -22,9 +22,11 @@ from .diagnose import (
     triton_problems,
     usable_gpus,
 )
-from .facts import Facts, Gpu, TargetFacts
+from .facts import Facts, Gpu, InterruptedInstall, TargetFacts
 from .findings import Finding, finding
 from .index import LinuxIndex, WheelIndex, WindowsWheel, spec_text, wheel_supported_by
+from .install_record import InstallRecord
+from .plan import Blocked, BuildSettings, Plan, Step, WheelDownload
 from .requirements import (
     describe_pending,
     gpu_service,
@@ -55,84 +57,6 @@ class ResolveOptions:
     # post-update: the installed build stopped working (it no longer imports after a torch
     # change), so it is replaced even where its files look complete.
     rebuild: bool = False
-
-
-@dataclass(frozen=True)
-class WheelDownload:
-    file: str
-    url: str
-    sha256: str | None
-    sha256_source: str | None
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    source: str  # a local folder, or the pinned archive URL
-    commit: str | None  # None for a user's own folder
-    arch_list: str  # "8.9;9.0": semicolons, since upstream reads a space-separated list as one
-    cuda_home: str
-    max_jobs: int
-    ext_parallel: int
-    nvcc_threads: int
-    build_requires: tuple[str, ...]  # installed into a private folder, not the venv
-    source_sha256: str | None = None  # the archive's digest, where the index knows it
-    # The C++ standard torch's headers demand: the build's temporary copy of setup.py gets
-    # its -std= flags raised to it (source_build.patch_cxx_standard); None: left as it is.
-    cxx_standard: int | None = None
-
-    @property
-    def label(self) -> str:
-        """What this build is made for, as the install output names it: "archs 8.9;9.0, C++20"
-        (the standard only where the build raises it; the cache key carries it too)."""
-        return f"archs {self.arch_list}" + (f", C++{self.cxx_standard}" if self.cxx_standard
-                                             else "")
-
-    @property
-    def env(self) -> tuple[tuple[str, str], ...]:
-        return (
-            ("TORCH_CUDA_ARCH_LIST", self.arch_list),
-            ("CUDA_HOME", self.cuda_home),
-            ("MAX_JOBS", str(self.max_jobs)),
-            ("EXT_PARALLEL", str(self.ext_parallel)),
-            ("NVCC_APPEND_FLAGS", f"--threads {self.nvcc_threads}"),
-        )
-
-
-@dataclass(frozen=True)
-class Step:
-    action: str  # one of ACTIONS
-    title: str
-    reason: str
-    distributions: tuple[str, ...] = ()  # every distribution this step adds, replaces or removes
-    requirement: str | None = None
-    wheel: WheelDownload | None = None
-    index_url: str | None = None
-    build: BuildSettings | None = None  # build-from-source, or the fallback of install-from-index
-    paths: tuple[str, ...] = ()
-    config: tuple[tuple[str, str], ...] = ()
-
-
-ACTIONS = ("recover", "uninstall", "remove-leftovers", "install", "install-wheel",
-           "install-from-index", "build-from-source", "bundle-runtime", "enable-invokeai",
-           "verify")
-
-
-@dataclass(frozen=True)
-class Plan:
-    python: str
-    prefix: str
-    os: str
-    steps: tuple[Step, ...]
-    notes: tuple[str, ...] = ()
-
-    @property
-    def changed_distributions(self) -> frozenset[str]:
-        return frozenset(d for s in self.steps for d in s.distributions)
-
-
-@dataclass(frozen=True)
-class Blocked:
-    findings: tuple[Finding, ...]
 
 
 # --- small pure helpers --------------------------------------------------------------------
@@ -643,3 +567,102 @@ def resolve_plan(facts: Facts, index: WheelIndex,
     return Plan(python=target.executable, prefix=target.prefix, os=os_name,
                 steps=tuple(recover + steps + final),
                 notes=tuple(recover_notes + notes + final_notes))
+
+
+# --- uninstall -------------------------------------------------------------------------------
+
+BACKEND_KEY = "attention_backend"
+
+
+@dataclass(frozen=True)
+class EditedConfig:
+    """invokeai.yaml as uninstall found it: where, its attention_backend, and whether it is
+    still exactly as sagedoctor's recorded edit left it."""
+
+    path: str
+    backend: str | None
+    as_edited: bool
+
+
+@dataclass(frozen=True)
+class UninstallFacts:
+    """What uninstall reads before deciding: the venv, sagedoctor's record of what it
+    installed and replaced, and which of its files exist."""
+
+    target: TargetFacts | None
+    os: str = ""  # platform.system().lower(), as SystemFacts names it
+    record: InstallRecord | None = None
+    hook: str | None = None  # the start-up hook .pth, where it exists
+    records: str | None = None  # the <venv>/sagedoctor folder, where it exists
+    config: EditedConfig | None = None
+    interrupted: InterruptedInstall | None = None
+
+
+def resolve_uninstall(facts: UninstallFacts, everything: bool) -> Plan | Blocked:
+    """What uninstall does, in order, and what it leaves (with why); records last. Pure."""
+    target = facts.target
+    if target is None:
+        return Blocked((finding("SD190", "error", "the target environment was not inspected",
+                                area="python", title="Could not check python"),))
+    steps: list[Step] = []
+    notes: list[str] = []
+    if facts.interrupted is not None:
+        steps.append(Step("recover", "Roll back the interrupted install",
+                          f"{describe_pending(facts.interrupted)}; the rollback comes first, "
+                          "then uninstall reads what sagedoctor left anew",
+                          paths=(facts.interrupted.journal,)))
+    if facts.hook is not None:
+        steps.append(Step("remove-hook", f"remove the start-up hook {facts.hook}",
+                          "without it no interpreter of the venv arms the runtime",
+                          paths=(facts.hook,)))
+    config = facts.config
+    if config is not None and "sage" in (config.backend or "").lower():
+        setting = ((BACKEND_KEY, config.backend or ""),)
+        if not everything:
+            notes.append(f"{config.path} keeps {BACKEND_KEY}: {config.backend} (pass --all "
+                         "to take it out with sageattention)")
+        elif config.as_edited:
+            steps.append(Step(
+                "restore-invokeai", f"put back {config.path} as it was before sagedoctor set "
+                f"{BACKEND_KEY}: {config.backend} (unchanged since)",
+                "nothing changed the file since sagedoctor's edit, so its backup is the "
+                "user's own file", paths=(config.path,), config=setting))
+        else:
+            steps.append(Step(
+                "unset-invokeai-key", f"remove {BACKEND_KEY}: {config.backend} from "
+                f"{config.path} (the rest of the file kept; a backup beside it)",
+                "the file changed since sagedoctor's edit: only the key goes",
+                paths=(config.path,), config=setting))
+    if target.runtime is not None:
+        steps.append(Step("uninstall", f"uninstall {RUNTIME_DIST} {target.runtime}",
+                          "sagedoctor's SDPA-routing runtime", distributions=(RUNTIME_DIST,)))
+    record = facts.record
+    old_triton = record.replaced.get("triton-windows") if record else None
+    if old_triton and compat.parse_version(old_triton) is None:
+        notes.append(f"the record's triton-windows {old_triton!r:.40} is not a version: it is "
+                     "not put back")
+        old_triton = None
+    if old_triton and target.triton_windows != old_triton:
+        steps.append(Step(
+            "put-back", f"put back triton-windows {old_triton} (sagedoctor replaced it with "
+            f"{target.triton_windows or 'nothing'})",
+            "the user's own version before sagedoctor's install, through uv",
+            distributions=("triton-windows",), requirement=f"triton-windows=={old_triton}"))
+    sage = target.sageattention
+    if sage is not None:
+        ours = record is not None and "sageattention" in record.installed
+        if everything:
+            steps.append(Step("uninstall", f"uninstall sageattention {sage.version}"
+                              + ("" if ours else " (not installed by sagedoctor)"),
+                              "--all: SageAttention goes too", distributions=("sageattention",)))
+        else:
+            notes.append(f"sageattention {sage.version} stays (pass --all to remove it too)")
+    if old_triton and sage is not None and not everything:
+        notes.append(f"triton-windows {old_triton} may not be the one sageattention was "
+                     "verified with: run `sagedoctor check`")
+    if facts.records is not None:
+        steps.append(Step("remove-records", f"remove {facts.records} (records, verification)",
+                          "last, so a failed step before it leaves them for the next run",
+                          paths=(facts.records,)))
+    return Plan(python=target.executable, prefix=target.prefix, os=facts.os,
+                steps=tuple(steps), notes=tuple(notes), purpose="uninstall")

@@ -33,8 +33,8 @@ from sagedoctor.facts import (
 )
 from sagedoctor.findings import Finding
 from sagedoctor.index import WheelIndex, shipped_index
+from sagedoctor.plan import Blocked, Plan
 from sagedoctor.render_plan import plan_exit_code
-from sagedoctor.resolve import Blocked, Plan
 
 PROFILES = Path(__file__).parent / "profiles"
 INDEX = shipped_index()

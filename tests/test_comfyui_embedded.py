@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sagedoctor.install.execute import Executor, installed_distributions
-from sagedoctor.resolve import Plan, Step
+from sagedoctor.plan import Plan, Step
 from tests.standins import add_sageattention, borrow_host_site, clean_env, run_cli
 from tests.test_install_kit import sage_wheel, serving
 from tests.test_install_steps import wheel_step

@@ -16,8 +16,9 @@ from sagedoctor.diagnose import diagnose, exit_code
 from sagedoctor.errors import FactsFileError
 from sagedoctor.facts import facts_from_dict, load_facts_file
 from sagedoctor.index import shipped_index
+from sagedoctor.plan import Blocked
 from sagedoctor.render import render_text
-from sagedoctor.resolve import Blocked, resolve_plan
+from sagedoctor.resolve import resolve_plan
 from tests.fuzz_support import byte_mutations, fuzz, mutated_json, outcome
 
 PROFILES = Path(__file__).parent / "profiles"

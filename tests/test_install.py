@@ -25,7 +25,7 @@ from sagedoctor.install.execute import (
 from sagedoctor.install.fetch import download, extract_source
 from sagedoctor.install.runner import Installer, InstallError
 from sagedoctor.invokeai_config import load_edit_record
-from sagedoctor.resolve import Step
+from sagedoctor.plan import Step
 from tests.standins import add_dist, clean_env, local_server, run_cli
 from tests.test_install_kit import fake_source, plan, settings_for, torch_venv
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sagedoctor.resolve import BuildSettings, Plan, Step
+from sagedoctor.plan import BuildSettings, Plan, Step
 from tests.standins import add_dist, borrow_host_site, local_server, make_venv, venv_python
 
 # sageattn stand-ins, run by the smoke check on the CPU (SAGEDOCTOR_SMOKE_DEVICE=cpu).

@@ -23,7 +23,7 @@ from sagedoctor.install.errors import DamagedDownload, HostileDownload, NotInCac
 from sagedoctor.install.execute import Executor, installed_distributions
 from sagedoctor.install.runner import Installer, InstallError
 from sagedoctor.install_record import read_record
-from sagedoctor.resolve import Step, WheelDownload
+from sagedoctor.plan import Step, WheelDownload
 from tests.test_install_kit import (
     FAKE_SETUP,
     SAGE_GARBAGE,

@@ -24,8 +24,8 @@ from sagedoctor.install.preflight import (
     run_preflight,
 )
 from sagedoctor.invokeai_config import ProcessInfo, running_processes
+from sagedoctor.plan import Plan, Step
 from sagedoctor.probe.invokeai import parse_config
-from sagedoctor.resolve import Plan, Step
 from tests.standins import H200, add_torch, clean_env, fake_nvidia_smi, run_cli
 
 BUILD = Step("build-from-source", "Build", "why", ("sageattention",))

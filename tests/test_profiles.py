@@ -168,7 +168,8 @@ def test_profile_tags_are_the_ones_packaging_gives_that_interpreter() -> None:
 
 def test_a_cp39_abi3_wheel_serves_python_312_on_windows() -> None:
     from sagedoctor.index import shipped_index
-    from sagedoctor.resolve import Plan, resolve_plan
+    from sagedoctor.plan import Plan
+    from sagedoctor.resolve import resolve_plan
 
     facts = load_facts_file(PROFILES / "windows-triton-mismatch.json")
     plan = resolve_plan(facts, shipped_index())

@@ -15,7 +15,8 @@ from packaging.tags import cpython_tags
 from sagedoctor.facts import Facts, facts_from_dict
 from sagedoctor.findings import CATALOG
 from sagedoctor.index import shipped_index, spec_text, wheel_supported_by
-from sagedoctor.resolve import Blocked, Plan, ResolveOptions, resolve_plan
+from sagedoctor.plan import Blocked, Plan
+from sagedoctor.resolve import ResolveOptions, resolve_plan
 from tests.profiles.make_profiles import LINUX_H200, WIN_4090, gpu, merge
 
 INDEX = shipped_index()

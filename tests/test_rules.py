@@ -20,8 +20,9 @@ from sagedoctor.facts import Facts, Gpu, TorchFacts, facts_from_dict, load_facts
 from sagedoctor.findings import Finding
 from sagedoctor.index import shipped_index
 from sagedoctor.install.source_build import cxx_std_flag, prepare_tree
+from sagedoctor.plan import Blocked, BuildSettings, Plan
 from sagedoctor.probe.target import probe_target
-from sagedoctor.resolve import Blocked, BuildSettings, Plan, resolve_plan
+from sagedoctor.resolve import resolve_plan
 from tests.profiles.make_profiles import WIN_4090, merge
 from tests.standins import add_torch, make_venv, venv_python
 
@@ -400,7 +401,7 @@ def test_a_source_build_for_torch_214_patches_its_copy_and_records_it(
     from dataclasses import replace
 
     from sagedoctor.install_record import read_record
-    from sagedoctor.resolve import Step
+    from sagedoctor.plan import Step
     from tests.test_install import run_plan
     from tests.test_install_kit import fake_source, settings_for, torch_venv
 

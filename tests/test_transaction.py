@@ -25,7 +25,7 @@ from sagedoctor.install.lock import venv_state_dir
 from sagedoctor.install.pending import pending_install
 from sagedoctor.install.runner import InstallError
 from sagedoctor.install.transaction import Journal
-from sagedoctor.resolve import Step
+from sagedoctor.plan import Step
 from tests.standins import clean_env, run_cli
 from tests.test_install_kit import (
     add_installed_sage,
@@ -104,7 +104,7 @@ DRIVER = r"""
 import json, sys
 from pathlib import Path
 from sagedoctor.install.execute import execute_plan
-from sagedoctor.resolve import Step
+from sagedoctor.plan import Step
 from tests.test_install_kit import plan, settings_for
 cfg = json.loads(sys.argv[1])
 steps = [Step("build-from-source", "Build", "why", ("sageattention",),

@@ -30,7 +30,7 @@ posix_pty = pytest.mark.skipif(sys.platform == "win32" or not Path("/proc/self/s
 DRIVER = r"""
 import json, sys
 from pathlib import Path
-from sagedoctor.resolve import Plan, Step
+from sagedoctor.plan import Plan, Step
 from sagedoctor.tui.app import SagedoctorApp
 from sagedoctor.tui.screens.install import InstallScreen
 from sagedoctor.tui.session import TuiOptions

@@ -23,7 +23,7 @@ import pytest
 from textual.widgets import Log, ProgressBar, Static
 
 from sagedoctor.install.execute import installed_distributions
-from sagedoctor.resolve import Plan, Step, WheelDownload
+from sagedoctor.plan import Plan, Step, WheelDownload
 from sagedoctor.tui.app import SagedoctorApp
 from sagedoctor.tui.model import human_bytes
 from sagedoctor.tui.screens.confirm import ConfirmScreen

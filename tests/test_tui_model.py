@@ -13,8 +13,8 @@ from sagedoctor.areas import AREAS
 from sagedoctor.diagnose import diagnose
 from sagedoctor.facts import Facts, load_facts_file
 from sagedoctor.install.runner import InstallError
+from sagedoctor.plan import Plan, Step
 from sagedoctor.probe import ProbeOptions, collect_facts
-from sagedoctor.resolve import Plan, Step
 from sagedoctor.tui.cancel import InstallCancelled, cancelled_in
 from sagedoctor.tui.model import area_row, plan_summary, step_progress, verdict_line
 from sagedoctor.verify import key_results, verdict
@@ -99,7 +99,7 @@ def test_collect_facts_reports_each_area_once_as_its_probes_end(
 # --- downloads and their sizes ---------------------------------------------------------------
 
 def _download_plan(tmp_path: Path) -> Plan:
-    from sagedoctor.resolve import WheelDownload
+    from sagedoctor.plan import WheelDownload
     from tests.test_install_kit import settings_for
 
     archive = "https://github.com/thu-ml/SageAttention/archive/d1a57a5.tar.gz"
@@ -145,7 +145,7 @@ def test_cached_sizes_come_from_files_in_the_download_cache(
     import hashlib
 
     from sagedoctor.install.cache import Cache, default_cache_dir
-    from sagedoctor.resolve import WheelDownload
+    from sagedoctor.plan import WheelDownload
     from sagedoctor.tui.session import cached_sizes
     from tests.test_install_kit import sage_wheel
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sagedoctor.resolve import Plan, Step
+from sagedoctor.plan import Plan, Step
 from sagedoctor.tui.app import SagedoctorApp
 from sagedoctor.tui.screens.install import InstallScreen
 from sagedoctor.tui.session import TuiOptions

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
 import time
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -314,3 +316,128 @@ def test_uninstall_all_is_refused_up_front_while_that_invokeai_runs(
     assert "SD941" in refused.stderr and f"pid {child.pid}" in refused.stderr
     assert "done:" not in refused.stdout  # nothing was started, the packages least of all
     assert dists(venv) == before and config.read_bytes() == text and hook.exists()
+
+
+def fake_uv(folder: Path, real: str, site: Path, fail_on: str) -> Path:
+    """uv as the user has it, except that installing `fail_on` removes the old files first
+    and then fails: a put-back that breaks half-way."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "uv"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" {fail_on} "*)\n'
+        f"  rm -rf {shlex.quote(str(site / 'triton'))}\n"
+        "  echo 'error: the put-back failed half-way on purpose' >&2; exit 1;;\n"
+        "esac\n"
+        f'exec {shlex.quote(real)} "$@"\n', encoding="utf-8")
+    script.chmod(0o755)
+    return script
+
+
+def test_a_put_back_failing_half_way_rolls_back_everything_uninstall_did(
+        tmp_path: Path, installed_venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sagedoctor import __version__
+    from sagedoctor.commands.uninstall import uninstall_facts
+    from sagedoctor.install.execute import Executor
+    from sagedoctor.plan import Plan
+    from sagedoctor.probe import ProbeOptions, collect_facts
+    from sagedoctor.resolve import resolve_uninstall
+    from tests.test_install_kit import tree_hashes
+
+    env = offline_env(tmp_path)
+    for key in ("UV_FIND_LINKS", "UV_NO_INDEX", "UV_OFFLINE", "UV_CACHE_DIR"):
+        monkeypatch.setenv(key, env[key])
+    local_wheel(tmp_path / "wheels", "triton-windows", "3.5.1.post24")
+    site = next(installed_venv.glob("lib/python3*/site-packages"))
+    root = tmp_path / "root"  # an InvokeAI root whose invokeai.yaml sagedoctor edited
+    root.mkdir()
+    (root / "databases").mkdir()
+    config = root / "invokeai.yaml"
+    config.write_text(USER_CONFIG, encoding="utf-8")
+    save_edit_record(installed_venv, apply_settings(
+        config, {"attention_backend": "sage"}, venv_python(installed_venv), installed_venv,
+        processes=lambda: []))
+    state = tmp_path / "state"
+    target = collect_facts(ProbeOptions(venv=installed_venv, areas=("python",))).target
+    assert target is not None
+    plan = resolve_uninstall(uninstall_facts(target, None, state), everything=True)
+    assert isinstance(plan, Plan)
+    assert [s.action for s in plan.steps] == ["remove-hook", "restore-invokeai", "uninstall",
+                                              "put-back", "uninstall", "remove-records"]
+
+    def files() -> tuple[dict[str, str], dict[str, str], int]:
+        venv_files = {k: v for k, v in tree_hashes(installed_venv).items()
+                      if k != ".lock"}  # uv's own lock file, which it leaves in every venv
+        return venv_files, tree_hashes(root), stat.S_IMODE(config.stat().st_mode)
+
+    before = files()
+    said: list[str] = []
+    executor = Executor(plan, said.append, tmp_path / "work", tmp_path / "logs",
+                        cache_dir=tmp_path / "cache", state_root=state)
+    assert executor.installer.uv is not None and not executor.installer.allow_pip
+    executor.installer = replace(executor.installer, uv=str(fake_uv(
+        tmp_path / "bin", executor.installer.uv, site, "triton-windows==3.5.1.post24")))
+
+    with pytest.raises(InstallError) as info:
+        executor.run(__version__)
+    text = "\n".join(said)
+    assert "step 4 (put back triton-windows 3.5.1.post24" in info.value.message
+    assert "files match their sha256 from before" in info.value.fix, info.value.fix
+    # the three steps before it had run: hook gone, invokeai.yaml restored, runtime removed
+    assert "removed " + str(site / "sagedoctor-runtime.pth") in text
+    assert "restored " + str(config) in text
+    assert "[3/6] uninstall sagedoctor-runtime 0.1.0" in text and "rolling back" in text
+    # ...and all of it is back: packages, hook, invokeai.yaml and its backup, the records
+    assert files() == before
+    assert "attention_backend: sage" in config.read_text(encoding="utf-8")
+    assert dists(installed_venv)["triton-windows"] == "3.6.0.post25"
+    assert read_record(installed_venv) is not None
+    assert not list(state.rglob("journal.json")) and not list(state.rglob("removed"))
+
+
+def test_uninstall_dry_run_changes_nothing(tmp_path: Path, invokeai_root: Path) -> None:
+    from tests.test_install_kit import tree_hashes
+
+    venv = invokeai_root / ".venv"
+    hook = next(venv.glob("lib/python3*/site-packages")) / "sagedoctor-runtime.pth"
+    hook.write_text("import sagedoctor_runtime.hook\n", encoding="utf-8")
+    env = offline_env(tmp_path)
+    state = Path(env["HOME"])
+    before = (tree_hashes(invokeai_root), tree_hashes(state))
+    dry = uninstall(["--venv", str(venv), "--root", str(invokeai_root), "--all", "--dry-run"],
+                    env)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    lines = dry.stdout.splitlines()
+    assert lines[0] == f"Would change {venv}:"
+    for number, title in enumerate((f"remove the start-up hook {hook}",
+                                    f"put back {invokeai_root / 'invokeai.yaml'} as it was",
+                                    "uninstall sagedoctor-runtime 0.1.0",
+                                    "uninstall sageattention 2.2.0",
+                                    f"remove {venv / 'sagedoctor'} (records"), 1):
+        assert any(line.startswith(f"  {number}. {title}") for line in lines), (title, lines)
+    assert "Proceed?" not in dry.stdout and "[1/" not in dry.stdout  # nothing was run
+    assert (tree_hashes(invokeai_root), tree_hashes(state)) == before
+
+
+def test_uninstall_is_refused_up_front_while_the_venvs_invokeai_runs(
+        tmp_path: Path, invokeai_root: Path) -> None:
+    """Without --all nothing edits invokeai.yaml, but the runtime InvokeAI has loaded would
+    be pulled away: the executor's preflight refuses, as it does for an install."""
+    venv = invokeai_root / ".venv"
+    hook = next(venv.glob("lib/python3*/site-packages")) / "sagedoctor-runtime.pth"
+    hook.write_text("import sagedoctor_runtime.hook\n", encoding="utf-8")
+    before = dists(venv)
+    script = venv / "bin" / "invokeai-web"
+    script.write_text("import time\ntime.sleep(60)\n", encoding="utf-8")
+    child = subprocess.Popen([str(venv_python(venv)), str(script)])
+    try:
+        time.sleep(0.3)  # let the process show its argv
+        refused = uninstall(["--venv", str(venv), "--root", str(invokeai_root), "--yes"],
+                            offline_env(tmp_path))
+    finally:
+        child.kill()
+        child.wait()
+    assert refused.returncode != 0
+    assert "SD931" in refused.stderr and "SD196" in refused.stderr, refused.stderr
+    assert f"pid {child.pid}" in refused.stderr
+    assert dists(venv) == before and hook.exists() and (venv / "sagedoctor").is_dir()

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .. import __version__, exit_codes
+from ..plan import Blocked
 from ..render_plan import plan_exit_code, render_plan_json, render_plan_text
-from ..resolve import Blocked
 from .plan import PlanOptions, gather
 
 

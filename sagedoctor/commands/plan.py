@@ -10,9 +10,10 @@ from typing import TextIO
 from ..areas import AREAS
 from ..facts import Facts, load_facts_file
 from ..index import WheelIndex, load_index
+from ..plan import Blocked, Plan
 from ..probe import ProbeOptions, collect_facts
 from ..render_plan import plan_exit_code, render_plan_json, render_plan_text
-from ..resolve import Blocked, Plan, ResolveOptions, resolve_plan
+from ..resolve import ResolveOptions, resolve_plan
 
 
 @dataclass(frozen=True)

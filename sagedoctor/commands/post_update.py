@@ -237,9 +237,10 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     from .. import __version__
     from ..diagnose import recorded_wrong_sageattn
     from ..index import load_index
+    from ..plan import Blocked
     from ..probe import collect_facts
     from ..render_plan import render_plan_text
-    from ..resolve import Blocked, ResolveOptions, resolve_plan
+    from ..resolve import ResolveOptions, resolve_plan
     from ..state import forget_routing
     from .install import _recover_first
 

@@ -27,9 +27,17 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ..install_record import record_install
-from ..invokeai_config import ConfigEdit, enable_invokeai, save_edit_record
+from ..invokeai_config import (
+    ConfigEdit,
+    apply_settings,
+    enable_invokeai,
+    load_edit_record,
+    refuse_if_running,
+    save_edit_record,
+    undo_edit,
+)
+from ..plan import ACTIONS, PACKAGE_ACTIONS, SAGE_ACTIONS, BuildSettings, Plan, Step
 from ..proc import ToolMissing, ToolTimeout
-from ..resolve import BuildSettings, Plan, Step
 from ..target_answer import ask_target, with_answer_function
 from .bundle import build_runtime_wheel
 from .cache import Cache, built_key, default_cache_dir, file_sha256, safe_file_name
@@ -64,11 +72,6 @@ from .wheelcheck import check_wheel, landing_paths
 
 Progress = Callable[[str], None]
 BytesProgress = Callable[[str, int, int | None], None]  # (file name, received, size or None)
-SUPPORTED = frozenset({"recover", "uninstall", "remove-leftovers", "install", "install-wheel",
-                       "install-from-index", "build-from-source", "bundle-runtime",
-                       "enable-invokeai", "verify"})
-SAGE_ACTIONS = frozenset({"install-wheel", "install-from-index", "build-from-source"})
-PACKAGE_ACTIONS = SAGE_ACTIONS | {"install", "bundle-runtime"}
 DEFAULT_INDEX = "https://pypi.org/simple/"
 GITHUB_API = "https://api.github.com"
 REPORT_EVERY_S = 15.0  # progress on a long download or build, so it never looks hung
@@ -154,7 +157,9 @@ class Executor:
         self.on_bytes = on_bytes  # a download's bytes as they arrive (the TUI's rate)
         self.cancel = cancel  # set: a running build is stopped (see build_wheel)
         self.log_name = log_name  # None: install-<time>-<pid>.log
-        self.installer = Installer.for_target(self.python, self.cache.uv_dir, offline)
+        # uninstall changes packages through uv only: a uv-made venv has no pip
+        self.installer = Installer.for_target(self.python, self.cache.uv_dir, offline,
+                                              allow_pip=plan.purpose != "uninstall")
         self.done: list[str] = []
         self.downloaded_bytes = 0
         self.log: RunLog | None = None
@@ -176,7 +181,7 @@ class Executor:
         self.progress(message)
 
     def run(self, runtime_version: str) -> None:
-        unsupported = [s.action for s in self.plan.steps if s.action not in SUPPORTED]
+        unsupported = [s.action for s in self.plan.steps if s.action not in ACTIONS]
         if unsupported:
             raise InstallError(f"this sagedoctor cannot yet carry out: {', '.join(unsupported)}",
                                "nothing was changed; do that step by hand (see `sagedoctor "
@@ -191,6 +196,13 @@ class Executor:
             folder = venv_state_dir(self.prefix, self.state_root)
             with venv_lock(folder, self.prefix, self.say):
                 if recover_interrupted(folder, self.say):
+                    if self.plan.purpose == "uninstall":
+                        # what sagedoctor left is read anew after the rollback, not from facts
+                        # taken before it
+                        raise RecoveredInterruptedRun(
+                            "an interrupted install was rolled back first; nothing else was "
+                            "removed", "run `sagedoctor uninstall` again to remove what "
+                            "sagedoctor left")
                     if all(s.action == "recover" for s in self.plan.steps):
                         return  # the plan was that rollback and nothing else
                     raise RecoveredInterruptedRun(
@@ -394,9 +406,18 @@ class Executor:
 
     def _moves(self) -> list[tuple[str, str]]:
         backup = self.log_dir / "leftovers"  # kept: nothing of the user's is deleted
-        return [(path, str(backup / Path(path).name)) for step in self.plan.steps
-                if step.action == "remove-leftovers" for path in step.paths
-                if Path(path).exists()]
+        moves = [(path, str(backup / Path(path).name)) for step in self.plan.steps
+                 if step.action == "remove-leftovers" for path in step.paths
+                 if Path(path).exists()]
+        # The hook and the records go into the journal's backup: a rollback moves them back,
+        # the commit deletes them with the journal.
+        assert self.journal is not None
+        removed = self.journal.backup / "removed"
+        moves += [(path, str(removed / f"{number}-{Path(path).name}"))
+                  for number, step in enumerate(self.plan.steps, 1)
+                  if step.action in ("remove-hook", "remove-records") for path in step.paths
+                  if Path(path).exists() or Path(path).is_symlink()]
+        return moves
 
     def _transaction(self, prepared: dict[int, Path]) -> None:
         assert self.journal is not None
@@ -432,6 +453,9 @@ class Executor:
         except BaseException as exc:
             self._roll_back_and_raise(exc)
         self.journal.write(phase="committed")
+        if self.plan.purpose == "uninstall":  # its last step removed the records
+            self.say("committed: " + "; ".join(self.done))
+            return
         # What sagedoctor installed and replaced, for `sagedoctor uninstall`.
         built = ({"sageattention": "source build, C++ standard of torch's headers: "
                                    + "; ".join(self.build_patches)}
@@ -484,12 +508,22 @@ class Executor:
     def _change(self, step: Step, wheel: Path | None, moves: list[tuple[str, str]]) -> None:
         if step.action == "uninstall":
             self.installer.uninstall(list(step.distributions))
-        elif step.action == "remove-leftovers":
+        elif step.action in ("remove-leftovers", "remove-hook", "remove-records"):
             for original, target in moves:
                 if original in step.paths:
                     Path(target).parent.mkdir(parents=True, exist_ok=True)
                     shutil.move(original, target)
-                    self.say(f"moved {original} to {target}")
+                    self.say(f"moved {original} to {target}" if step.action ==
+                             "remove-leftovers" else f"removed {original}")
+        elif step.action == "put-back":  # uv resolves it, as the user's own install did
+            assert step.requirement is not None
+            self.installer.install([step.requirement], reinstall=True)
+        elif step.action == "restore-invokeai":
+            self._restore_config(Path(step.paths[0]))
+        elif step.action == "unset-invokeai-key":
+            apply_settings(Path(step.paths[0]), {}, self.python, self.prefix,
+                           remove=tuple(k for k, _v in step.config),
+                           before_write=self._journal_edit)
         elif step.action in PACKAGE_ACTIONS:
             assert wheel is not None
             self.installer.install([str(wheel)], reinstall=True)
@@ -497,6 +531,26 @@ class Executor:
             self.edits.append(enable_invokeai(step.config, next(iter(step.paths), None),
                                               self.python, self.say,
                                               before_write=self._journal_edit))
+
+    def _restore_config(self, path: Path) -> None:
+        """invokeai.yaml back from the backup sagedoctor's edit made. The file as it is now
+        and that backup (which the undo deletes) are journaled first: a rollback brings both
+        back."""
+        assert self.journal is not None
+        loaded = load_edit_record(self.prefix)
+        if loaded is None or Path(loaded[0].path) != path:
+            raise InstallError(f"the record of sagedoctor's edit of {path} is gone",
+                               "run `sagedoctor uninstall` again: it plans afresh")
+        edit = loaded[0]
+        refuse_if_running(path, self.prefix)
+        earlier = list(self.journal.data.get("edited_files", []))
+        for file in [path] + ([Path(edit.backup)] if edit.backup else []):
+            entry = journal_entry_for_edit(file, file if file.is_file() else None,
+                                           self.journal.backup / f"edited-{len(earlier)}")
+            entry.pop("beside", None)  # the copy is the file itself, not one beside it
+            earlier.append(entry)
+        self.journal.write(edited_files=earlier)
+        self.say(undo_edit(edit))
 
     def _journal_edit(self, edit: ConfigEdit) -> None:
         """Named in the journal before the file changes: a run killed right after the write

@@ -25,7 +25,7 @@ from ..invokeai_config import (
     read_config_text,
     running_processes,
 )
-from ..resolve import Plan
+from ..plan import CHANGING_ACTIONS, Plan
 
 GIB = 1 << 30
 # Margins, not measurements of one build: nvcc's objects for several architectures, the
@@ -33,9 +33,6 @@ GIB = 1 << 30
 BUILD_NEEDS_BYTES = 3 * GIB
 VENV_NEEDS_BYTES = GIB // 2
 ROOT_MARKERS = ("invokeai.yaml", ".venv", "databases", "models")
-CHANGING = frozenset({"uninstall", "remove-leftovers", "install", "install-wheel",
-                      "install-from-index", "build-from-source", "bundle-runtime",
-                      "enable-invokeai"})
 
 
 class PreflightRefused(SagedoctorError):
@@ -142,12 +139,12 @@ def gather_state(plan: Plan, work: Path, state_dir: Path,
     if edit is not None and edit.paths:
         config = config_state(Path(edit.paths[0]), edit.config)
         root = Path(edit.paths[0]).parent
-    running = tuple(invokeai_processes(processes(), prefix, root)) if actions & CHANGING \
+    running = tuple(invokeai_processes(processes(), prefix, root)) if actions & CHANGING_ACTIONS \
         else ()
     free: list[tuple[str, str, int | None, int]] = []
     if "build-from-source" in actions:
         free.append(("the source build", str(work), _free(work), BUILD_NEEDS_BYTES))
-    if actions & (CHANGING - {"enable-invokeai"}):
+    if actions & (CHANGING_ACTIONS - {"enable-invokeai"}):
         free.append(("the venv's new files", str(prefix), _free(prefix), VENV_NEEDS_BYTES))
         free.append(("the backups of what is replaced", str(state_dir), _free(state_dir),
                      VENV_NEEDS_BYTES))

@@ -47,3 +47,10 @@ class RunLog:
     def close(self) -> None:
         with contextlib.suppress(OSError):  # what it could not write is lost already
             self._handle.close()
+
+
+def default_log_dir() -> Path:
+    """Where install and uninstall write their run logs (the user's log folder)."""
+    from platformdirs import user_log_dir
+
+    return Path(user_log_dir("sagedoctor", appauthor=False))

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from ..plan import BuildSettings
 from ..proc import run_tool
-from ..resolve import BuildSettings
 from .runner import Installer, InstallError
 
 _BUILD_SCRIPT = (

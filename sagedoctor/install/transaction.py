@@ -322,6 +322,11 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
             for entry in entries:
                 if Path(entry["dist_info"]) not in dist_infos_before:
                     added.add(Path(entry["dist_info"]))
+                    # its files too: a version uv put in place (uninstall's put-back) has
+                    # no prepared wheel whose paths the journal could list beforehand
+                    # (files only: a folder at such a path is someone else's)
+                    added.update(Path(f) for f in entry["files"]
+                                 if Path(f).is_symlink() or not Path(f).is_dir())
         removed_from: set[Path] = set()
         failures: list[str] = []  # each is tried; the proof below says what stayed wrong
         for path in sorted(added, key=lambda p: len(p.parts), reverse=True):

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..findings import SEVERITIES, SUMMARY_CODES, Finding
+from ..plan import Plan, Step
 from ..render import AREA_TITLES
-from ..resolve import Plan, Step
 from ..terminal_text import one_line
 from ..verify import KeyResult
 

@@ -18,9 +18,10 @@ from ..assess import assess
 from ..facts import Facts, TargetFacts, load_facts_file
 from ..findings import Finding
 from ..index import WheelIndex, load_index
+from ..plan import Blocked, Plan
 from ..probe import AreaDone, ProbeOptions, collect_facts
 from ..render import render_json
-from ..resolve import Blocked, Plan, ResolveOptions, resolve_plan
+from ..resolve import ResolveOptions, resolve_plan
 from ..verify import VerifyError
 
 

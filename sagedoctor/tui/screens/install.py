@@ -24,7 +24,7 @@ from ...errors import SagedoctorError
 from ...install.execute import execute_plan
 from ...install.runner import InstallError
 from ...install.transaction import describe, file_count, snapshot_differences, take_snapshot
-from ...resolve import Plan
+from ...plan import Plan
 from ...terminal_text import printable
 from ..cancel import InstallCancelled, cancelled_in
 from ..model import clock_text, step_progress, tilde, transfer_line

@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from ...errors import SagedoctorError
-from ...resolve import Blocked, Plan
+from ...plan import Blocked, Plan
 from ...terminal_text import one_line, printable
 from ..model import MARKS, downloads_summary, plan_summary, step_lines
 
