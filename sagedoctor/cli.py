@@ -101,8 +101,8 @@ def _at_least_one(text: str) -> int:
 
 def _check_source_url(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--source-url (or SAGEDOCTOR_SOURCE_URL) is refused before any probe or plan."""
-    from .commands.install import source_url_problem
     from .errors import SettingError
+    from .install.source_url import source_url_problem
 
     if args.source_url is not None:
         problem = source_url_problem(args.source_url)
@@ -416,7 +416,7 @@ def _main(argv: Sequence[str]) -> int:
             return run_disable(facts.target, comfyui=facts.comfyui)
         if args.command == "verify":
             target = _inspect_target(args)
-            from .commands.install import run_verify
+            from .commands.verify import run_verify
 
             return run_verify(Path(target.executable), Path(target.prefix), args.quick,
                               args.json, repeat=args.repeat, fresh=args.fresh)

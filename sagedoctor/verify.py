@@ -432,3 +432,106 @@ def agreement(runs: list[Calibration], signatures: list[dict[str, Any]]) -> dict
             "flipped": flipped, "app_shapes": apps,
             "app_shapes_agreeing": sum(1 for v in apps.values() if len(set(v)) == 1),
             "verdicts": {k: [s.get(k) for s in signatures] for k in keys}}
+
+
+@dataclass(frozen=True)
+class VerifyRun:
+    """One self-test run of `verify_venv` and what it wrote."""
+
+    number: int
+    report: dict[str, Any]
+    results: tuple[KeyResult, ...]
+    calibration: Calibration
+    calibration_path: Path
+    verdict: str  # 'routing', 'sdpa-only' or 'broken'
+    seconds: float
+    reuse: str  # render_reuse's note: stored decisions kept, or why not
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    """What `verify_venv` found and wrote: the last run decides the verdict and the records."""
+
+    runs: tuple[VerifyRun, ...]
+    agreement: dict[str, Any]
+    verified_path: Path | None  # the venv's arming record, where the verdict is routing
+
+    @property
+    def last(self) -> VerifyRun:
+        return self.runs[-1]
+
+    @property
+    def verdict(self) -> str:
+        return self.last.verdict
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return self.last.report
+
+    @property
+    def results(self) -> tuple[KeyResult, ...]:
+        return self.last.results
+
+    @property
+    def calibration_path(self) -> Path:
+        return self.last.calibration_path
+
+    @property
+    def stable(self) -> bool:
+        return bool(self.agreement["keys_agreeing"] == self.agreement["keys"])
+
+    @property
+    def exit_code(self) -> int:
+        """0 only for a routing verdict every run agreed on."""
+        return 0 if self.verdict == "routing" and self.stable else 1
+
+    def to_json(self) -> dict[str, Any]:
+        """What `verify --json` writes."""
+        return {"verdict": self.verdict, "report": self.report,
+                "calibration": self.last.calibration.to_json(),
+                "calibration_path": str(self.calibration_path),
+                "verified_path": str(self.verified_path) if self.verified_path else None,
+                "agreement": self.agreement}
+
+
+def verify_venv(python: Path, prefix: Path, quick: bool, fresh: bool = False, repeat: int = 1,
+                progress: Callable[[dict[str, Any]], None] | None = None,
+                each_run: Callable[[VerifyRun], None] | None = None) -> VerifyOutcome:
+    """Run the self-test `repeat` times, write the decisions and the state store's records
+    after each run, and say what was found. `progress` gets the self-test's progress per
+    measured shape; `each_run` each run as it ends (the CLI shows it before the next)."""
+    import datetime
+    import time
+
+    from .diagnose import quote
+    from .install.pending import refuse_if_pending
+    from .probe.target import current_os
+    from .state import record_verification, venv_record_path
+
+    # What verify proves of a half-installed venv the next install rolls back would arm it.
+    refuse_if_pending(prefix, "verify", f"--venv {quote(str(prefix), current_os())}")
+    runs: list[VerifyRun] = []
+    signatures = []
+    verified: Path | None = None
+    for number in range(1, max(1, repeat) + 1):
+        started = time.monotonic()
+        report = run_selftest(python, quick, fresh=fresh and number == 1, progress=progress)
+        took = time.monotonic() - started
+        results = key_results(report)
+        when = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        data = calibration(report, when)
+        signatures.append(run_signature(results))
+        path = write_calibration(prefix, data)
+        outcome = verdict(report, results)
+        # The state store's record: what check and plan say of this venv from now on, and
+        # (routing only) the venv's arming record the start-up hook reads.
+        record_verification(prefix, python, outcome, report.get("fingerprint", {}),
+                            verify_record(report, results), when, chosen_kernels(results))
+        verified = venv_record_path(prefix) if outcome == "routing" else None
+        run = VerifyRun(number, report, tuple(results), data, path, outcome, took,
+                        render_reuse(report))
+        runs.append(run)
+        if each_run is not None:
+            each_run(run)
+    return VerifyOutcome(tuple(runs), agreement([r.calibration for r in runs], signatures),
+                         verified)

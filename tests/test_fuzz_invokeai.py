@@ -19,7 +19,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from sagedoctor.facts import InvokeAIFacts
-from sagedoctor.invokeai_config import _read, edited_text, prove_loads
+from sagedoctor.invokeai import _read, edited_text, prove_loads
 from sagedoctor.probe.invokeai import parse_config, read_config
 from tests.fuzz_support import TRICKY, byte_mutations, fuzz, mutations, outcome
 

@@ -90,7 +90,6 @@ def test_tui_imports_no_command() -> None:
     assert bad == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: h20v/h20s")
 def test_no_command_imports_another_commands_private_name() -> None:
     bad = [str(e) for e in all_edges()
            if inside(e.source, "sagedoctor.commands") and inside(e.target, "sagedoctor.commands")

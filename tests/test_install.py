@@ -24,7 +24,7 @@ from sagedoctor.install.execute import (
 )
 from sagedoctor.install.fetch import download, extract_source
 from sagedoctor.install.runner import Installer, InstallError
-from sagedoctor.invokeai_config import load_edit_record
+from sagedoctor.invokeai import load_edit_record
 from sagedoctor.plan import Step
 from tests.standins import add_dist, clean_env, local_server, run_cli
 from tests.test_install_kit import fake_source, plan, settings_for, torch_venv
@@ -287,19 +287,17 @@ def test_install_recovers_a_killed_runs_journal_before_planning(tmp_path: Path) 
 ])
 def test_source_url_is_https_or_local_http(url: str, ok: bool,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from sagedoctor.commands.install import InstallOptions, _source_url
-    from sagedoctor.commands.plan import PlanOptions
+    from sagedoctor.install.source_url import chosen_source_url
 
     monkeypatch.delenv("SAGEDOCTOR_SOURCE_URL", raising=False)
-    options = InstallOptions(PlanOptions(), source_url=url)
     if ok:
-        assert _source_url(options) == url
+        assert chosen_source_url(url) == url
     else:
         with pytest.raises(InstallError, match="not https"):
-            _source_url(options)
+            chosen_source_url(url)
     monkeypatch.setenv("SAGEDOCTOR_SOURCE_URL", url)  # the variable is held to the same rule
     if ok:
-        assert _source_url(InstallOptions(PlanOptions())) == url
+        assert chosen_source_url(None) == url
     else:
         with pytest.raises(InstallError, match="SAGEDOCTOR_SOURCE_URL"):
-            _source_url(InstallOptions(PlanOptions()))
+            chosen_source_url(None)

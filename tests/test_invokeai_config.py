@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sagedoctor.invokeai_config import (
+from sagedoctor.invokeai import (
     InvokeAIConfigError,
     InvokeAIConfigRejected,
     InvokeAIRunning,

@@ -23,7 +23,7 @@ from sagedoctor.install.preflight import (
     preflight_findings,
     run_preflight,
 )
-from sagedoctor.invokeai_config import ProcessInfo, running_processes
+from sagedoctor.invokeai import ProcessInfo, running_processes
 from sagedoctor.plan import Plan, Step
 from sagedoctor.probe.invokeai import parse_config
 from tests.standins import H200, add_torch, clean_env, fake_nvidia_smi, run_cli

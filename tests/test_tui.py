@@ -208,6 +208,34 @@ async def test_verify_without_a_venv_of_this_machine_says_why() -> None:
         assert "--report FILE" in static(app, "#verify-notes")
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="a shebang stand-in")
+async def test_verify_screen_shows_the_verdict_of_the_self_test_it_ran(tmp_path: Path) -> None:
+    prefix = tmp_path / "venv"
+    (prefix / "bin").mkdir(parents=True)
+    python = prefix / "bin" / "python"
+    # The target's self-test: it prints the recorded H200 report, as the runtime would.
+    python.write_text(f"#!{sys.executable}\nimport sys\n"
+                      f"assert sys.argv[1:4] == ['-m', 'sagedoctor_runtime.selftest', '--json']\n"
+                      f"print(open({str(FIXTURES / 'selftest-h200-main.json')!r}).read()"
+                      ".replace('\\n', ' '))\n", encoding="utf-8")
+    python.chmod(0o755)
+    app = SagedoctorApp(TuiOptions(venv=tmp_path / "none", root=tmp_path / "none"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.session.plan = Plan(python=str(python), prefix=str(prefix), os="linux", steps=())
+        await app.push_screen(VerifyScreen())
+        await settle(pilot)
+        assert static(app, "#verdict") == (
+            "SageAttention serves sequences above 12k tokens (24k for some dtypes and head "
+            "sizes) on this H200; shorter ones stay on PyTorch, which is faster there.")
+        notes = static(app, "#verify-notes")
+        assert "calibration written to" in notes and "a: actions switches" in notes
+        table = app.screen.query_one(".gpu-table", DataTable)
+        assert table.row_count == 4
+    assert (prefix / "sagedoctor" / "calibration.json").is_file()
+    assert (prefix / "sagedoctor" / "verified.json").is_file()  # recorded as the CLI's verify
+
+
 # --- help, actions, the whole flow -----------------------------------------------------------
 
 async def test_help_overlay_opens_on_question_mark_and_closes_on_escape() -> None:

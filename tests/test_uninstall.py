@@ -20,7 +20,7 @@ import pytest
 from sagedoctor.install.lock import venv_lock, venv_state_dir
 from sagedoctor.install.runner import Installer, InstallError
 from sagedoctor.install_record import InstallRecord, merged_record, read_record, record_install
-from sagedoctor.invokeai_config import apply_settings, save_edit_record
+from sagedoctor.invokeai import apply_settings, save_edit_record
 from sagedoctor.state import state_dir
 from tests.standins import (
     INVOKEAI_CONFIG_NEW,

@@ -206,7 +206,7 @@ def test_a_self_test_past_its_time_is_killed_with_its_progress_stream(tmp_path: 
 def test_the_cli_rewrites_one_progress_line_on_a_terminal_and_throttles_a_log() -> None:
     import io
 
-    from sagedoctor.commands.install import _progress_printer
+    from sagedoctor.commands.verify import progress_printer
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -215,13 +215,13 @@ def test_the_cli_rewrites_one_progress_line_on_a_terminal_and_throttles_a_log() 
     data = {"key": "float16 D64 2x10", "shape": "2x10x8192", "what": "measured", "done": 3,
             "left": 40, "spent_s": 3.0, "left_s": 40.0}
     terminal = Terminal()
-    show = _progress_printer(terminal)
+    show = progress_printer(terminal)
     show(data)
     show({**data, "done": 4})
     assert terminal.getvalue().count("\r\x1b[K") == 2 and "\n" not in terminal.getvalue()
     assert terminal.getvalue().endswith("(4 done, about 40 left, ~40 s left)")
     log = io.StringIO()
-    show = _progress_printer(log)
+    show = progress_printer(log)
     for _ in range(5):
         show(data)
     assert log.getvalue().count("\n") == 1  # at most a line every 10 s

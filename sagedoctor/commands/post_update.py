@@ -9,6 +9,7 @@ What cannot be repaired leaves routing off (the venv's arming record is gone) an
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -149,22 +150,31 @@ def _verify(python: Path, prefix: Path, quick: bool, stream: TextIO) -> tuple[st
     """(verdict, crashed): the verify writes both records; a self-test that could not run
     (the runtime missing, the interpreter crashing on import) counts as crashed."""
     from ..install.lock import venv_lock, venv_state_dir
-    from ..state import forget_routing, load_record
+    from ..state import forget_routing
     from ..verify import VerifyError
-    from .install import run_verify
+    from .verify import verify_and_render
 
     def say(message: str) -> None:
         stream.write(f"  {message}\n")
 
     try:
         with venv_lock(venv_state_dir(prefix), prefix, say):  # no install runs meanwhile
-            run_verify(python, prefix, quick, False, stream)
+            outcome = verify_and_render(python, prefix, quick, False, stream)
     except VerifyError as exc:
         forget_routing(prefix)
         stream.write(f"verify could not run: {exc.message}\n")
         return None, True
-    record = load_record(prefix)
-    return (record.verdict if record else None), False
+    return outcome.verdict, False
+
+
+def _indented(stream: TextIO) -> Callable[[str], None]:
+    """Progress lines, as install shows them."""
+
+    def say(message: str) -> None:
+        stream.write(f"  {message}\n")
+        stream.flush()
+
+    return say
 
 
 def _remove_marker(prefix: Path) -> None:
@@ -237,12 +247,12 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     from .. import __version__
     from ..diagnose import recorded_wrong_sageattn
     from ..index import load_index
+    from ..install.recover import recover_pending
     from ..plan import Blocked
     from ..probe import collect_facts
     from ..render_plan import render_plan_text
     from ..resolve import ResolveOptions, resolve_plan
     from ..state import forget_routing
-    from .install import _recover_first
 
     target = facts.target
     old = _what_changed(prefix, {"python": target.python_version, "dists": {
@@ -265,7 +275,7 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
         stream.write("post-update: verified again; SageAttention stays on\n")
         return EXIT_OK
     rebuild = needs_rebuild(verdict, crashed, target.sageattention is not None)
-    if _recover_first(facts, stream):  # a killed install's journal is rolled back first
+    if recover_pending(prefix, _indented(stream)):  # a killed install's journal: rolled back first
         facts = collect_facts(probe)
     index = load_index(options.index_file)
     result = resolve_plan(facts, index, ResolveOptions(
@@ -324,17 +334,13 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
 def _repair(plan: Any, options: PostUpdateOptions, python: Path, prefix: Path,
             stream: TextIO, version: str) -> int:
     from ..install.execute import execute_plan
+    from ..install.runlog import default_log_dir
+    from ..install.source_url import chosen_source_url
     from ..state import forget_routing
-    from .install import InstallOptions, _log_dir, _source_url
-    from .plan import PlanOptions
 
-    def progress(message: str) -> None:
-        stream.write(f"  {message}\n")
-        stream.flush()
-
-    url = _source_url(InstallOptions(PlanOptions(), source_url=options.source_url))
+    url = chosen_source_url(options.source_url)
     try:  # the plan's verify step is run below, after the transaction, as `install` does
-        execute_plan(plan, progress, _log_dir(), version,
+        execute_plan(plan, _indented(stream), default_log_dir(), version,
                      offline=options.offline, source_url=url)
     except SagedoctorError as exc:
         # Rolled back: the venv is as the last verify found it, and so is its record.

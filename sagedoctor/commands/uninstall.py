@@ -14,7 +14,7 @@ from typing import TextIO
 
 from ..facts import InvokeAIFacts, TargetFacts
 from ..install_record import read_record
-from ..invokeai_config import load_edit_record, untouched_since
+from ..invokeai import load_edit_record, untouched_since
 from ..plan import Blocked
 from ..render_plan import render_plan_text
 from ..resolve import BACKEND_KEY, EditedConfig, UninstallFacts, resolve_uninstall
@@ -37,7 +37,7 @@ def config_state(prefix: Path, invokeai: InvokeAIFacts | None) -> EditedConfig |
 def _backend_in(path: Path, invokeai: InvokeAIFacts | None) -> str | None:
     if invokeai is not None and invokeai.config_path == str(path):
         return invokeai.attention_backend
-    from ..invokeai_config import InvokeAIConfigError, read_config_text
+    from ..invokeai import InvokeAIConfigError, read_config_text
 
     try:
         import yaml
@@ -88,7 +88,7 @@ def run_uninstall(target: TargetFacts, *, yes: bool, dry_run: bool, everything: 
     from ..install.errors import InstallLocked
     from ..install.execute import execute_plan
     from ..install.runlog import default_log_dir
-    from ..invokeai_config import refuse_if_running
+    from ..invokeai import refuse_if_running
 
     for step in plan.steps:  # a running InvokeAI rewrites invokeai.yaml: refused up front
         if step.action in ("restore-invokeai", "unset-invokeai-key"):

@@ -27,7 +27,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ..install_record import record_install
-from ..invokeai_config import (
+from ..invokeai import (
     ConfigEdit,
     apply_settings,
     enable_invokeai,

@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import exit_codes
 from ..errors import SagedoctorError
 from ..findings import Finding, finding
-from ..invokeai_config import (
+from ..invokeai import (
     InvokeAIConfigError,
     ProcessInfo,
     edited_text,

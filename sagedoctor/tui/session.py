@@ -1,28 +1,27 @@
 """The state one TUI run carries between its screens, and the calls into the stages.
 
 No textual here: each method is the same call the CLI makes (collect_facts, assess,
-resolve_plan, execute_plan, run_verify), run by the screens in worker threads."""
+resolve_plan, execute_plan, verify_venv), run by the screens in worker threads."""
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
 from ..areas import AREAS
 from ..assess import assess
 from ..facts import Facts, TargetFacts, load_facts_file
 from ..findings import Finding
 from ..index import WheelIndex, load_index
+from ..install.runlog import default_log_dir
 from ..plan import Blocked, Plan
 from ..probe import AreaDone, ProbeOptions, collect_facts
 from ..render import render_json
 from ..resolve import ResolveOptions, resolve_plan
-from ..verify import VerifyError
+from ..verify import KeyResult, VerifyError, key_results, verify_venv
 
 
 @dataclass(frozen=True)
@@ -37,12 +36,6 @@ class TuiOptions:
     selftest_report: Path | None = None  # a saved self-test report for the verify screen
     log_dir: Path | None = None
     quick_verify: bool = False
-
-
-def default_log_dir() -> Path:
-    from platformdirs import user_log_dir
-
-    return Path(user_log_dir("sagedoctor", appauthor=False))
 
 
 @dataclass
@@ -104,7 +97,7 @@ class Session:
 
     def switch_invokeai(self, on: bool) -> str:
         """SageAttention on or off for the target's InvokeAI; says which route was taken."""
-        from .invokeai_switch import (
+        from ..invokeai import (
             InvokeAISwitchError,
             disable_in_invokeai,
             enable_in_invokeai,
@@ -133,27 +126,35 @@ class Session:
         return (Path(target.executable), Path(target.prefix)) if target else None
 
     def verify(self, progress: Callable[[dict[str, Any]], None] | None = None,
-               ) -> dict[str, Any]:
-        """{"verdict", "report", ...} as `verify --json` writes it (and records it);
-        `progress` gets the self-test's progress per measured shape."""
+               ) -> VerifyShown:
+        """What the verify screen shows: a verify of the target (recorded as the CLI's), or
+        the saved report; `progress` gets the self-test's progress per measured shape."""
         if self.options.selftest_report is not None:
             return load_selftest_report(self.options.selftest_report)
         where = self.verify_target()
         if where is None:
             raise VerifyError("there is no venv of this machine to verify",
                               "run `sagedoctor tui` without --facts, or pass --report FILE")
-        from ..commands.install import run_verify
-
-        out = io.StringIO()
-        run_verify(where[0], where[1], self.options.quick_verify, True, out,
-                   progress=progress or (lambda _data: None))
-        data: dict[str, Any] = json.loads(out.getvalue())
-        return data
+        outcome = verify_venv(where[0], where[1], self.options.quick_verify,
+                              progress=progress or (lambda _data: None))
+        return VerifyShown(outcome.verdict, outcome.report, outcome.results,
+                           outcome.calibration_path)
 
 
-def load_selftest_report(path: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class VerifyShown:
+    """A verify's verdict and results for the screen: run now, or read from a saved report."""
+
+    verdict: str
+    report: dict[str, Any]
+    results: tuple[KeyResult, ...]
+    calibration_path: Path | None = None  # None: nothing was written (a saved report)
+    source: str | None = None  # the saved report's file name
+
+
+def load_selftest_report(path: Path) -> VerifyShown:
     """A saved self-test report, or the `verify --json` output that wraps one."""
-    from ..verify import key_results, parse_report, verdict
+    from ..verify import parse_report, verdict
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -163,8 +164,8 @@ def load_selftest_report(path: Path) -> dict[str, Any]:
                           "pass a file written by `sagedoctor verify --json`") from None
     inner = data.get("report") if isinstance(data, dict) and "report" in data else data
     report = parse_report(json.dumps(inner))
-    return {"verdict": verdict(report, key_results(report)), "report": report,
-            "calibration_path": None, "source": path.name, "version": __version__}
+    results = tuple(key_results(report))
+    return VerifyShown(verdict(report, list(results)), report, results, source=path.name)
 
 
 def cached_sizes(plan: Plan) -> dict[str, int]:

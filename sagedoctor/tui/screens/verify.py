@@ -13,8 +13,9 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from ...errors import SagedoctorError
 from ...terminal_text import one_line, printable
-from ...verify import key_results, progress_line
+from ...verify import progress_line
 from ..model import RESULT_COLUMNS, by_gpu, result_cells, verdict_line
+from ..session import VerifyShown
 
 if TYPE_CHECKING:
     from ..app import SagedoctorApp
@@ -51,11 +52,11 @@ Up/Down  scroll     Esc  back
     @work(thread=True, exclusive=True, group="verify")
     def run_verify(self) -> None:
         try:
-            data = self.tui.session.verify(progress=self._progress_from_thread)
+            shown = self.tui.session.verify(progress=self._progress_from_thread)
         except SagedoctorError as exc:
             self.app.call_from_thread(self._failed, exc)
             return
-        self.app.call_from_thread(self._show, data)
+        self.app.call_from_thread(self._show, shown)
 
     def _progress_from_thread(self, data: dict[str, Any]) -> None:
         line = one_line(f"Running the self-test on the GPU: {progress_line(data)}")
@@ -66,13 +67,12 @@ Up/Down  scroll     Esc  back
         self.query_one("#verify-notes", Static).update(one_line(f"fix: {exc.fix}")
                                                         if exc.fix else "")
 
-    def _show(self, data: dict[str, Any]) -> None:
-        report = data["report"]
-        results = key_results(report)
+    def _show(self, shown: VerifyShown) -> None:
         self.query_one("#verdict", Static).update(
-            printable(verdict_line(data["verdict"], results, report.get("error"))))
+            printable(verdict_line(shown.verdict, shown.results,
+                                   shown.report.get("error"))))
         body = self.query_one("#verify-body", VerticalScroll)
-        for label, rows in by_gpu(results):
+        for label, rows in by_gpu(shown.results):
             body.mount(Static(one_line(label), classes="gpu-label", markup=False))
             table: DataTable[str] = DataTable(cursor_type="none", classes="gpu-table")
             body.mount(table)
@@ -80,11 +80,11 @@ Up/Down  scroll     Esc  back
             for r in rows:
                 table.add_row(*(one_line(cell) for cell in result_cells(r)))
         notes = []
-        if data.get("source"):
-            notes.append(f"report: {data['source']}")
-        if data.get("calibration_path"):
-            notes.append(f"calibration written to {data['calibration_path']}")
-        if data["verdict"] == "routing" and not data.get("source"):
+        if shown.source:
+            notes.append(f"report: {shown.source}")
+        if shown.calibration_path:
+            notes.append(f"calibration written to {shown.calibration_path}")
+        if shown.verdict == "routing" and not shown.source:
             notes.append("Back on the check screen, a: actions switches the start-up hook on")
         self.query_one("#verify-notes", Static).update("\n".join(one_line(n) for n in notes))
 

@@ -1,4 +1,5 @@
-"""The install's InvokeAI step: set keys in invokeai.yaml safely, and undo it.
+"""InvokeAI: the install's step that sets keys in invokeai.yaml safely (and its undo), and
+the switch that turns SageAttention on or off for the target venv's InvokeAI.
 
 Only keys the installed InvokeAI declares are written (its settings class forbids unknown
 keys: 6.14.2 has no `attention_backend` and would refuse to start). The edit keeps comments
@@ -17,11 +18,12 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import SagedoctorError
+from .facts import InvokeAIFacts, TargetFacts
 from .file_meta import FileMeta, meta_of, restore_meta, write_keeping_meta
 from .proc import ToolMissing, ToolTimeout
 from .target_answer import ask_target, with_answer_function
@@ -436,3 +438,164 @@ def enable_invokeai(settings: Iterable[tuple[str, str]], config_path: str | None
     progress(f"set {what} in {edit.path} (checked by {edit.validated_by}; backup "
              f"{edit.backup or 'none: the file is new'})")
     return edit
+
+
+# --- the switch: SageAttention on or off for the target's InvokeAI ---------------------------
+# Where that InvokeAI declares `attention_backend`, enable sets it in invokeai.yaml (the
+# install's step above: feature-detected, proven by InvokeAI's loader, backed up, refused while
+# InvokeAI runs); elsewhere enable is `sagedoctor enable`, the venv's start-up hook. Disable
+# undoes whichever applies.
+
+KEY = "attention_backend"
+
+
+class InvokeAISwitchError(SagedoctorError):
+    code = "SD971"
+
+
+@dataclass(frozen=True)
+class Route:
+    """How SageAttention reaches this InvokeAI: its own setting, or the start-up hook."""
+
+    kind: str  # "setting" | "hook"
+    choice: str | None  # the attention_backend value that means SageAttention
+    why: str
+
+
+@dataclass(frozen=True)
+class SwitchState:
+    """Is SageAttention on for this InvokeAI now, and by which route."""
+
+    route: Route
+    version: str
+    on: bool
+    value: str | None  # attention_backend as invokeai.yaml has it (the setting route)
+
+
+def choose_route(target: TargetFacts) -> Route:
+    """Pure: the setting where the release declares it with a SageAttention choice."""
+    package = target.invokeai
+    if package is None:
+        raise InvokeAISwitchError(f"InvokeAI is not installed in {target.prefix}",
+                                  "pass --venv <InvokeAI root>/.venv (and --root DIR)")
+    choice = next((c for c in package.attention_backend_choices if "sage" in c.lower()), None)
+    if package.attention_backend_supported and choice:
+        return Route("setting", choice, f"InvokeAI {package.version} has an {KEY} setting")
+    return Route("hook", None, f"InvokeAI {package.version} has no {KEY} setting")
+
+
+def switch_state(target: TargetFacts, inv: InvokeAIFacts | None) -> SwitchState | None:
+    """None where InvokeAI is not installed in the target venv."""
+    from .commands.enable import hook_path
+
+    try:
+        route = choose_route(target)
+    except InvokeAISwitchError:
+        return None
+    version = target.invokeai.version if target.invokeai else "?"
+    if route.kind == "hook":
+        return SwitchState(route, version, hook_path(target).exists(), None)
+    value = inv.attention_backend if inv is not None else None
+    return SwitchState(route, version, value == route.choice, value)
+
+
+def reread(inv: InvokeAIFacts) -> InvokeAIFacts:
+    """invokeai.yaml as it is now (the facts were read before any switch)."""
+    from .probe.invokeai import read_config
+
+    if inv.config_path is None:
+        return inv
+    exists = Path(inv.config_path).exists() or Path(inv.config_path).is_symlink()
+    return read_config(replace(inv, config_exists=exists, schema_version=None,
+                               attention_type=None, attention_backend=None,
+                               config_error=None))
+
+
+def _config(inv: InvokeAIFacts | None) -> tuple[InvokeAIFacts, Path]:
+    if inv is None or inv.config_path is None:
+        raise InvokeAISwitchError("no InvokeAI root is known, so there is no invokeai.yaml",
+                                  "pass --root DIR (the folder that holds invokeai.yaml)")
+    fresh = reread(inv)
+    if fresh.config_error:
+        raise InvokeAISwitchError(fresh.config_error, "fix or move the file; nothing was "
+                                  "changed")
+    return fresh, Path(inv.config_path)
+
+
+def _value_before(path: Path, inv: InvokeAIFacts, record: ConfigEdit | None) -> str | None:
+    """attention_backend as it was before sagedoctor set it: from the backup the edit made
+    (this switch's record, else the newest sagedoctor backup beside the file)."""
+    from .probe.invokeai import parse_config
+
+    backups = [Path(record.backup)] if record and record.backup else sorted(
+        path.parent.glob(f"{path.name}.sagedoctor-*.bak"), reverse=True)
+    for backup in backups[:1]:
+        try:
+            return parse_config(inv, backup.read_bytes()).attention_backend
+        except OSError:
+            return None
+    return None
+
+
+def enable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
+                       processes: Callable[[], Iterable[ProcessInfo]] = running_processes,
+                       now: datetime | None = None) -> str:
+    """Turn SageAttention on for this InvokeAI; says which route was taken."""
+    route = choose_route(target)
+    if route.kind == "hook":
+        from .commands.enable import run_enable
+
+        out = io.StringIO()
+        run_enable(target, out)
+        return (f"{route.why}, so SageAttention is on through the venv's start-up hook. "
+                + out.getvalue().strip())
+    if target.sageattention is None:
+        raise InvokeAISwitchError(f"SageAttention is not installed in {target.prefix}",
+                                  f"run `sagedoctor install --venv {target.prefix}` first")
+    fresh, path = _config(inv)
+    assert route.choice is not None
+    if fresh.attention_backend == route.choice:
+        return f"Nothing to do: {path} already sets {KEY}: {route.choice}."
+    edit = apply_settings(path, {KEY: route.choice}, Path(target.executable),
+                          Path(target.prefix), processes, now)
+    save_edit_record(target.prefix, edit)
+    return (f"{route.why}: set {KEY}: {route.choice} in {path} (checked by "
+            f"{edit.validated_by}; backup: {edit.backup or 'none, the file is new'}). "
+            "Restart InvokeAI to use it.")
+
+
+def disable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
+                        processes: Callable[[], Iterable[ProcessInfo]] = running_processes,
+                        now: datetime | None = None) -> str:
+    """Turn it off again: the file as it was where nothing else changed it since, else only
+    the one key put back to its earlier value."""
+    route = choose_route(target)
+    if route.kind == "hook":
+        from .commands.enable import run_disable
+
+        out = io.StringIO()
+        run_disable(target, out)
+        return f"{route.why}: the start-up hook is the switch. " + out.getvalue().strip()
+    fresh, path = _config(inv)
+    if fresh.attention_backend != route.choice:
+        return (f"Nothing to do: {path} sets {KEY}: {fresh.attention_backend or 'nothing'}, "
+                "not SageAttention.")
+    loaded = load_edit_record(target.prefix)
+    record, written = loaded if loaded else (None, None)
+    if record is not None and untouched_since(record, written, path):
+        refuse_if_running(path, Path(target.prefix), processes)
+        done = undo_edit(record)
+        edit_record_path(target.prefix).unlink(missing_ok=True)
+        return f"Disabled in InvokeAI: {done} (unchanged since sagedoctor's edit)."
+    before = _value_before(path, fresh, record)
+    choices = target.invokeai.attention_backend_choices if target.invokeai else ()
+    value = before if before and before != route.choice else next(
+        (c for c in ("auto", *choices) if c in choices and "sage" not in c.lower()), None)
+    if value is None:
+        raise InvokeAISwitchError(f"this InvokeAI offers no {KEY} other than {route.choice}",
+                                  f"edit {path} by hand")
+    edit = apply_settings(path, {KEY: value}, Path(target.executable), Path(target.prefix),
+                          processes, now)
+    edit_record_path(target.prefix).unlink(missing_ok=True)
+    return (f"Disabled in InvokeAI: set {KEY}: {value} in {path} (checked by "
+            f"{edit.validated_by}; backup: {edit.backup}).")
