@@ -33,9 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sagedoctor.commands.enable import HOOK_FILE, HOOK_LINE  # noqa: E402
+from sagedoctor.hook import HOOK_LINE  # noqa: E402
 from sagedoctor.install.bundle import build_runtime_wheel  # noqa: E402
 from sagedoctor.install.runner import Installer  # noqa: E402
+from sagedoctor.runtime.files import HOOK_FILE  # noqa: E402
 
 
 def make_venv(path: Path, wheel: Path, torch_path: str | None,

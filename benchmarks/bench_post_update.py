@@ -34,9 +34,14 @@ def add_dist(site: Path, name: str, version: str) -> None:
 
 
 def passing_venv(folder: Path) -> Path:
-    from sagedoctor.commands.post_update import venv_python_version
     from sagedoctor.runtime.hook import dist_stats
-    from sagedoctor.state import VerifyRecord, default_post_update, save_record, venv_site_dirs
+    from sagedoctor.state import (
+        VerifyRecord,
+        default_post_update,
+        save_record,
+        venv_python_version,
+        venv_site_dirs,
+    )
 
     venv = folder / "app venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

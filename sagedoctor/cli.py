@@ -398,11 +398,8 @@ def _main(argv: Sequence[str]) -> int:
             return run_enable(facts.target, comfyui=facts.comfyui, launch_flag=args.launch_flag,
                               verification=facts.verification)
         if args.command == "disable":
-            from .commands.enable import (
-                disable_without_interpreter,
-                hook_files_on_disk,
-                run_disable,
-            )
+            from .commands.enable import disable_without_interpreter, run_disable
+            from .hook import hook_files_on_disk
 
             try:
                 facts = _inspect(args, ("python", "comfyui"))

@@ -835,14 +835,23 @@ def check_verification(facts: Facts, os_name: str) -> list[Finding]:
     if not verification_is_current(record, target):
         sage = target.sageattention.version
         torch = target.torch.version if target.torch else "none"
-        now = (f"the installed files of {', '.join(record.changed)} changed since (another "
-               "build or reinstall, whatever its version says)" if record.changed
-               else f"now {sage} and {torch}")
+        dists = [c for c in record.changed if not c.startswith("python ")]
+        now = "; ".join([*(f"{c} since" for c in record.changed if c.startswith("python ")),
+                         *([f"the installed files of {', '.join(dists)} changed since (another "
+                            "build or reinstall, whatever its version says)"] if dists else [])]
+                        ) or f"now {sage} and {torch}"
         return [finding("SD168", "error" if hooked else "warn",
                         f"verified on {record.verified_at} with sageattention "
                         f"{record.sageattention} and torch {record.torch}; {now}{hook_note}",
                         verify)]
     out = []
+    if record.verdict == "routing" and record.arming_problem is not None:
+        # check reads the user-state copy, the hook the venv's: they must say the same
+        out.append(finding("SD168", "error" if record.hooked else "warn",
+                           f"verify ({record.verified_at}) passed, but {record.arming_problem}; "
+                           + ("the start-up hook arms only from it, so SageAttention stays off"
+                              if record.hooked else "`sagedoctor enable` would refuse"),
+                           verify))
     for wrong in record.wrong_sageattn:
         route = ("the fork's wheel" if os_name == "windows"
                  else "a source build of the pinned commit")

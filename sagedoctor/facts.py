@@ -197,6 +197,9 @@ class VerificationFacts:
     # The start-up hook (`sagedoctor enable`) is in the venv: a stale record then means the
     # runtime keeps SageAttention off, which is a problem to fix, not a note.
     hooked: bool = False
+    # A passing record whose venv copy (what the hook arms from) is missing, unreadable or of
+    # another verify: the hook keeps SageAttention off whatever the user-state copy says.
+    arming_problem: str | None = None
 
 
 @dataclass(frozen=True)

@@ -106,3 +106,11 @@ def restore_meta(path: Path, meta: FileMeta) -> None:
         if meta.uid is not None and meta.gid is not None and hasattr(os, "chown"):
             os.chown(path, meta.uid, meta.gid)
     os.chmod(path, meta.mode)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """sagedoctor's one tmp-and-replace: ``path`` holds ``data`` whole or what it held
+    before. A uniquely named temporary file in the same folder (two writers never share one),
+    fsynced, then renamed over; an existing file keeps its mode, owner and group."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_keeping_meta(path, data, meta_of(path))

@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import compat
 from .errors import SagedoctorError
+from .file_meta import write_atomic
 from .index import (
     TomlTable,
     WheelIndex,
@@ -318,10 +319,7 @@ def write_index(index: WheelIndex, path: Path, updated: str) -> None:
     """Write atomically, and only what loads back as a valid index."""
     text = dump_index(index, updated)
     parse_index(parse_toml(text, str(path)), str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, text.encode("utf-8"))
     load_index_file(path)
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from .errors import SagedoctorError
 from .facts import InvokeAIFacts, TargetFacts
-from .file_meta import FileMeta, meta_of, restore_meta, write_keeping_meta
+from .file_meta import FileMeta, meta_of, restore_meta, write_atomic, write_keeping_meta
 from .proc import ToolMissing, ToolTimeout
+from .runtime.records import read_record_bytes
 from .target_answer import ask_target, with_answer_function
 
 MAX_CONFIG_BYTES = 1_000_000
@@ -382,11 +383,10 @@ def undo_edit(edit: ConfigEdit) -> str:
     return f"restored {path} from {backup} (its mode, owner and group too; the backup removed)"
 
 
-EDIT_RECORD = "invokeai-edit.json"  # in <venv>/sagedoctor/, beside verified.json
-
-
 def edit_record_path(prefix: str | Path) -> Path:
-    return Path(prefix) / "sagedoctor" / EDIT_RECORD
+    from .state import VenvFiles
+
+    return VenvFiles(Path(prefix)).invokeai_edit
 
 
 def file_sha256(path: Path) -> str | None:
@@ -399,21 +399,19 @@ def file_sha256(path: Path) -> str | None:
 def save_edit_record(prefix: str | Path, edit: ConfigEdit) -> None:
     """What sagedoctor last set in invokeai.yaml and the file's digest after it, so that
     disable and uninstall can put the file back where nothing changed it since."""
-    path = edit_record_path(prefix)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = {**edit.to_dict(), "written_sha256": file_sha256(Path(edit.path))}
-    write_keeping_meta(path, json.dumps(data, indent=1).encode("utf-8"), meta_of(path))
+    write_atomic(edit_record_path(prefix), json.dumps(data, indent=1).encode("utf-8"))
 
 
 def load_edit_record(prefix: str | Path) -> tuple[ConfigEdit, str | None] | None:
     """(the edit, the digest it left) or None: no record, or a damaged one (hostile input)."""
     try:
-        data = json.loads(edit_record_path(prefix).read_text(encoding="utf-8"))
+        data = json.loads(read_record_bytes(str(edit_record_path(prefix))))
         if not isinstance(data, dict):
             return None
         written = data.get("written_sha256")
         return ConfigEdit.from_dict(data), written if isinstance(written, str) else None
-    except (OSError, ValueError, TypeError, SagedoctorError):
+    except (OSError, ValueError, TypeError, RecursionError, SagedoctorError):
         return None
 
 
@@ -486,7 +484,7 @@ def choose_route(target: TargetFacts) -> Route:
 
 def switch_state(target: TargetFacts, inv: InvokeAIFacts | None) -> SwitchState | None:
     """None where InvokeAI is not installed in the target venv."""
-    from .commands.enable import hook_path
+    from .hook import hook_on
 
     try:
         route = choose_route(target)
@@ -494,7 +492,7 @@ def switch_state(target: TargetFacts, inv: InvokeAIFacts | None) -> SwitchState 
         return None
     version = target.invokeai.version if target.invokeai else "?"
     if route.kind == "hook":
-        return SwitchState(route, version, hook_path(target).exists(), None)
+        return SwitchState(route, version, hook_on(target), None)
     value = inv.attention_backend if inv is not None else None
     return SwitchState(route, version, value == route.choice, value)
 
@@ -543,12 +541,10 @@ def enable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
     """Turn SageAttention on for this InvokeAI; says which route was taken."""
     route = choose_route(target)
     if route.kind == "hook":
-        from .commands.enable import run_enable
+        from .hook import enable
 
-        out = io.StringIO()
-        run_enable(target, out)
         return (f"{route.why}, so SageAttention is on through the venv's start-up hook. "
-                + out.getvalue().strip())
+                + enable(target).message)
     if target.sageattention is None:
         raise InvokeAISwitchError(f"SageAttention is not installed in {target.prefix}",
                                   f"run `sagedoctor install --venv {target.prefix}` first")
@@ -571,11 +567,9 @@ def disable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
     the one key put back to its earlier value."""
     route = choose_route(target)
     if route.kind == "hook":
-        from .commands.enable import run_disable
+        from .hook import disable
 
-        out = io.StringIO()
-        run_disable(target, out)
-        return f"{route.why}: the start-up hook is the switch. " + out.getvalue().strip()
+        return f"{route.why}: the start-up hook is the switch. " + disable(target).message
     fresh, path = _config(inv)
     if fresh.attention_backend != route.choice:
         return (f"Nothing to do: {path} sets {KEY}: {fresh.attention_backend or 'nothing'}, "

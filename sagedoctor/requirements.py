@@ -81,7 +81,7 @@ def hooked_but_unverified(facts: Facts) -> bool:
     record, target = facts.verification, facts.target
     if record is None or target is None or target.sageattention is None or not record.hooked:
         return False
-    return not verification_is_current(record, target)
+    return not verification_is_current(record, target) or record.arming_problem is not None
 
 
 # --- the installed wheel --------------------------------------------------------------------

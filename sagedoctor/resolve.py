@@ -25,7 +25,6 @@ from .diagnose import (
 from .facts import Facts, Gpu, InterruptedInstall, TargetFacts
 from .findings import Finding, finding
 from .index import LinuxIndex, WheelIndex, WindowsWheel, spec_text, wheel_supported_by
-from .install_record import InstallRecord
 from .plan import Blocked, BuildSettings, Plan, Step, WheelDownload
 from .requirements import (
     describe_pending,
@@ -35,6 +34,7 @@ from .requirements import (
     invokeai_switch_pending,
     runtime_shortfall,
 )
+from .state import InstallRecord
 
 RUNTIME_DIST = "sagedoctor-runtime"
 

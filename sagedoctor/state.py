@@ -1,24 +1,91 @@
-"""The one store of what `sagedoctor verify` proved for a venv: a `VerifyRecord`, written
-atomically twice, under the user's state folder (keyed by the venv's resolved prefix) and as
-`<venv>/sagedoctor/verified.json`, which the start-up hook reads with the standard library.
-A non-routing verdict is stored too (the doctor remembers a wrong kernel); the hook arms only
-on 'routing'. A corrupt file reads as unverified, never as a crash."""
+"""The one per-venv store. `VenvFiles` names every file sagedoctor keeps for a venv (inside
+it: `<venv>/sagedoctor/`, names from runtime/files.py; outside: the user's state folder, keyed
+by `venv_key`); `write_record` is the one atomic writer; `still_as_verified` the one answer to
+"is this venv still what verify proved?" that check, post-update, enable and the TUI give.
+
+What `sagedoctor verify` proved is a `VerifyRecord`, written twice: under the user's state
+folder, and as `<venv>/sagedoctor/verified.json`, which the start-up hook reads with the
+standard library. A non-routing verdict is stored too (the doctor remembers a wrong kernel);
+the hook arms only on 'routing'. What install put in and replaced is an `InstallRecord`
+(`<venv>/sagedoctor/installed.json`). A corrupt file reads as unverified, never as a crash."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
+
+from packaging.utils import canonicalize_name
 
 from .errors import OutOfSpace, disk_full
-from .runtime.records import read_record_bytes
+from .file_meta import write_atomic
+from .runtime import files as names
+from .runtime.records import RecordUnreadable, read_record_bytes
 
 SCHEMA_VERSION = 1
 VERDICTS = ("routing", "sdpa-only", "broken")
 Status = Literal["verified", "unverified", "corrupt"]
+HOOK_FILE = names.HOOK_FILE  # the start-up hook `sagedoctor enable` writes
+
+
+def state_dir() -> Path:
+    from platformdirs import user_state_dir
+
+    return Path(user_state_dir("sagedoctor", appauthor=False))
+
+
+def venv_key(prefix: Path | str) -> str:
+    """The venv's name in the state folder: its resolved prefix, hashed (one venv reached by
+    two spellings, a link or a relative path, is one venv)."""
+    return hashlib.sha256(str(Path(prefix).resolve()).encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class VenvFiles:
+    """Every file sagedoctor keeps for one venv."""
+
+    prefix: Path
+
+    @property
+    def records(self) -> Path:  # <venv>/sagedoctor/
+        return Path(names.records_dir(str(self.prefix)))
+
+    def _in_venv(self, name: str) -> Path:
+        return Path(names.record_file(str(self.prefix), name))
+
+    @property
+    def verified(self) -> Path:  # the hook's arming record
+        return self._in_venv(names.VERIFIED)
+
+    @property
+    def calibration(self) -> Path:
+        return self._in_venv(names.CALIBRATION)
+
+    @property
+    def installed(self) -> Path:
+        return self._in_venv(names.INSTALLED)
+
+    @property
+    def invokeai_edit(self) -> Path:
+        return self._in_venv(names.INVOKEAI_EDIT)
+
+    @property
+    def auto_repair_marker(self) -> Path:
+        return self._in_venv(names.AUTO_REPAIR_MARKER)
+
+    @property
+    def auto_repair_log(self) -> Path:
+        return self._in_venv(names.AUTO_REPAIR_LOG)
+
+    def user_state(self, root: Path | None = None) -> Path:
+        """The user-state copy of verify's record (why, whatever the verdict)."""
+        return (root or state_dir()) / "venvs" / f"{venv_key(self.prefix)}.json"
+
+    def install_folder(self, root: Path | None = None) -> Path:
+        """<state>/venvs/<key>.install/: the install lock, journal and backups."""
+        return (root or state_dir()) / "venvs" / f"{venv_key(self.prefix)}.install"
 
 
 @dataclass(frozen=True)
@@ -35,19 +102,12 @@ class VerifyRecord:
                 "results": self.results, "post_update": list(self.post_update)}
 
 
-def state_dir() -> Path:
-    from platformdirs import user_state_dir
-
-    return Path(user_state_dir("sagedoctor", appauthor=False))
-
-
 def state_path(prefix: Path) -> Path:
-    key = hashlib.sha256(str(Path(prefix).resolve()).encode("utf-8")).hexdigest()[:16]
-    return state_dir() / "venvs" / f"{key}.json"
+    return VenvFiles(Path(prefix)).user_state()
 
 
 def venv_record_path(prefix: Path) -> Path:
-    return Path(prefix) / "sagedoctor" / "verified.json"
+    return VenvFiles(Path(prefix)).verified
 
 
 def parse_record(data: object) -> VerifyRecord | None:
@@ -84,20 +144,18 @@ def load_record(prefix: Path) -> VerifyRecord | None:
     return load_status(prefix)[1]
 
 
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    """The record whole or not at all: on a full disk the old one stays and no partial
-    temporary file is left behind (SD922 names the folder)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+def write_record(path: Path, data: dict[str, Any], what: str) -> None:
+    """A record whole or not at all (file_meta.write_atomic): on a full disk the old one
+    stays and no partial temporary file is left behind (SD922 names the folder)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         if disk_full(exc):
-            raise OutOfSpace(path.parent, "sagedoctor's record of what verify proved; the "
-                             "previous one is kept") from exc
+            raise OutOfSpace(path.parent, f"{what}; the previous one is kept") from exc
         raise
+
+
+_VERIFY_RECORD = "sagedoctor's record of what verify proved"
 
 
 def save_record(prefix: Path, record: VerifyRecord,
@@ -107,11 +165,11 @@ def save_record(prefix: Path, record: VerifyRecord,
     old passing verdict cannot switch a broken build on. One writer for both files."""
     data = record.to_json()
     path = state_path(prefix)
-    _write_atomic(path, {**data, "prefix": str(Path(prefix).resolve())})
+    write_record(path, {**data, "prefix": str(Path(prefix).resolve())}, _VERIFY_RECORD)
     if record.verdict != "routing":
         forget_routing(prefix)
         return path
-    _write_atomic(venv_record_path(prefix), {**(venv_extra or {}), **data})
+    write_record(venv_record_path(prefix), {**(venv_extra or {}), **data}, _VERIFY_RECORD)
     return path
 
 
@@ -119,8 +177,6 @@ def forget_routing(prefix: Path) -> None:
     """Routing off: the hook's arming record goes; the user-state record (why) stays."""
     venv_record_path(prefix).unlink(missing_ok=True)
 
-
-HOOK_FILE = "sagedoctor-runtime.pth"  # the start-up hook `sagedoctor enable` writes
 
 
 def hook_enabled(prefix: Path) -> bool:
@@ -155,3 +211,160 @@ def record_verification(prefix: Path, python: Path, verdict: str, fingerprint: d
     record = VerifyRecord(verdict, when, dict(fingerprint), dict(results),
                           default_post_update(prefix, python))
     return save_record(prefix, record, {"kernels": dict(kernels)} if kernels else None)
+
+
+# --- what install put in the venv and what it replaced (uninstall puts that back) -----------
+
+RECORD_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class InstallRecord:
+    installed: dict[str, str] = field(default_factory=dict)  # name -> version sagedoctor put
+    replaced: dict[str, str] = field(default_factory=dict)  # name -> the user's version before
+    # name -> how sagedoctor built what it installed (a source build's C++ standard patch)
+    built: dict[str, str] = field(default_factory=dict)
+
+
+def _str_map(value: object) -> TypeGuard[dict[str, str]]:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                           for k, v in value.items())
+
+
+def read_install_record(prefix: str | Path) -> InstallRecord | None:
+    """The record, or None where there is none or it is not one of ours (hostile input: a
+    regular file only, bounded, never blocking)."""
+    try:
+        data = json.loads(read_record_bytes(str(VenvFiles(Path(prefix)).installed)))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
+        return None
+    installed, replaced, built = data.get("installed"), data.get("replaced"), data.get("built")
+    if not _str_map(installed) or not _str_map(replaced):
+        return None
+    return InstallRecord(dict(installed), dict(replaced), dict(built) if _str_map(built) else {})
+
+
+def merged_record(old: InstallRecord | None, before: dict[str, str], after: dict[str, str],
+                  changed: frozenset[str]) -> InstallRecord:
+    """Pure. The user's original version is kept across installs: a version sagedoctor put
+    there itself is never recorded as 'replaced'."""
+    installed = dict(old.installed) if old else {}
+    replaced = dict(old.replaced) if old else {}
+    for name in sorted(str(canonicalize_name(n)) for n in changed):
+        was, now = before.get(name), after.get(name)
+        if was == now:
+            continue
+        if was is not None and name not in installed and name not in replaced:
+            replaced[name] = was
+        if now is None:
+            installed.pop(name, None)
+        else:
+            installed[name] = now
+    return InstallRecord(installed, replaced)
+
+
+def record_install(prefix: str | Path, before: dict[str, str], after: dict[str, str],
+                   changed: frozenset[str], built: dict[str, str] | None = None) -> None:
+    """Called by the executor once a plan has run (names canonical, as installed_* lists);
+    `built` says how a distribution it built was made (the patches of its source build)."""
+    old = read_install_record(prefix)
+    record = merged_record(old, before, after, changed)
+    notes = {n: v for n, v in (old.built if old else {}).items()
+             if n in record.installed and n not in changed}
+    notes.update({str(canonicalize_name(n)): v for n, v in (built or {}).items()})
+    write_record(VenvFiles(Path(prefix)).installed,
+                 {"schema": RECORD_SCHEMA, "installed": record.installed,
+                  "replaced": record.replaced, "built": notes},
+                 "sagedoctor's record of what install put in this venv")
+
+
+# --- is this venv still what verify proved? ------------------------------------------------
+
+def venv_python_version(prefix: Path) -> str | None:
+    """pyvenv.cfg's `version` (venv, virtualenv) or `version_info` (uv): X.Y.Z."""
+    try:
+        text = read_record_bytes(str(prefix / "pyvenv.cfg"), 64 * 1024).decode(
+            "utf-8", errors="replace")
+    except OSError:
+        return None
+    values = {}
+    for line in text.splitlines()[:64]:
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip().lower()] = value.strip()
+    found = values.get("version_info") or values.get("version")
+    if not found:
+        return None
+    parts = found.split(".")
+    return ".".join(parts[:3]) if len(parts) >= 3 and all(p.isdigit() for p in parts[:3]) \
+        else None
+
+
+def arming_problem(prefix: Path, record: VerifyRecord) -> str | None:
+    """Why the venv's arming record (`verified.json`, what the hook reads) does not carry the
+    passing `record` of the user-state copy (what check reads), or None where it does."""
+    path = venv_record_path(prefix)
+    try:
+        armed = json.loads(read_record_bytes(str(path)).decode("utf-8"))
+    except RecordUnreadable as exc:
+        return f"the venv's arming record is unreadable: {exc}"
+    except FileNotFoundError:
+        return f"the venv's arming record {path} is missing"
+    except (OSError, ValueError, RecursionError):
+        return f"the venv's arming record {path} does not parse"
+    if not isinstance(armed, dict) or armed.get("verdict") != "routing":
+        return f"the venv's arming record {path} is not a passing one"
+    if armed.get("verified_at") != record.verified_at or armed.get(
+            "fingerprint") != record.fingerprint:
+        return (f"the venv's arming record {path} is from another verify "
+                f"({armed.get('verified_at')}, not {record.verified_at})")
+    return None
+
+
+def changes_since(prefix: Path, fingerprint: dict[str, Any]) -> tuple[str, ...]:
+    """What changed in the venv since a verify's fingerprint: 'python 3.12.3 -> 3.12.4' and
+    the names of the distributions whose files were rewritten (their dist-info's RECORD, by
+    stat, as the hook compares them)."""
+    from .runtime.hook import dist_stats, stat_differences
+
+    out: list[str] = []
+    python = venv_python_version(prefix)
+    if python is not None and python != fingerprint.get("python"):  # None: cannot tell
+        out.append(f"python {fingerprint.get('python')} -> {python or 'unknown'}")
+    saved, sites = fingerprint.get("stat"), fingerprint.get("sites")
+    if not (isinstance(sites, list) and sites and all(isinstance(d, str) for d in sites)):
+        sites = venv_site_dirs(prefix)  # a record from before "sites": the venv's own
+    live = dist_stats(sites)
+    if isinstance(saved, dict):
+        out += stat_differences(saved, live)
+        return tuple(out)
+    # A record from before the stat data: the versions, read from the dist-info names.
+    dists = fingerprint.get("dists")
+    dists = dists if isinstance(dists, dict) else {}
+    for name in sorted(live):
+        entry = live[name]
+        now = entry[0][:-len(".dist-info")].rsplit("-", 1)[-1] if entry else None
+        if dists.get(name) != now:
+            out.append(f"{name} {dists.get(name) or '(none)'} -> {now or '(none)'}")
+    return tuple(out)
+
+
+def still_as_verified(prefix: Path) -> tuple[bool, tuple[str, ...]]:
+    """(True, ()) where the last verify passed ('routing') and the venv is still what it
+    proved; else (False, what differs or why not). The one answer of check, post-update,
+    enable and the TUI: the user-state copy says what verify found, the venv's copy (what
+    the hook arms from) must be the same verify, and the venv's Python and installed files
+    must match its fingerprint. Files only, no target process."""
+    status, record = load_status(prefix)
+    if record is None:
+        return False, ("no verify record" if status == "unverified"
+                       else "the record is corrupt",)
+    if record.verdict != "routing":
+        return False, (f"the last verify's verdict was {record.verdict}",)
+    problem = arming_problem(prefix, record)
+    if problem is not None:
+        return False, (problem,)
+    changes = changes_since(prefix, record.fingerprint)
+    return not changes, changes

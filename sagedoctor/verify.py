@@ -274,7 +274,9 @@ def write_calibration(prefix: Path, data: Calibration) -> Path:
     of another build replaces everything. A full run replaces the earlier sweep of each key it
     measured whole (bisection measures other lengths each time; an older point left between
     the new brackets would contradict them); shapes the app timed itself stay."""
-    path = prefix / "sagedoctor" / "calibration.json"
+    from .state import VenvFiles
+
+    path = VenvFiles(prefix).calibration
     existing = load_calibration(str(path))
     for gpu, entry in data.gpus.items():
         keys = {(parsed[0], parsed[1]) for key, decision in entry.decisions.items()

@@ -192,3 +192,23 @@ def local_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def record_passing_verify(prefix: Path, fingerprint: dict, home: Path,
+                          when: str = "2026-12-01T00:00:00+00:00",
+                          python: Path | None = None) -> None:
+    """A passing verify's records as `sagedoctor verify` writes them (no GPU here to run one):
+    the user-state copy under ``home`` (a CLI run with clean_env's HOME reads it there) and
+    the venv's arming copy. ``fingerprint``: the venv's own (runtime hook.live_fingerprint)."""
+    from sagedoctor.state import record_verification
+
+    saved = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(home / ".local" / "state")
+    try:
+        record_verification(prefix, python or venv_python(prefix), "routing", fingerprint, {},
+                            when)
+    finally:
+        if saved is None:
+            del os.environ["XDG_STATE_HOME"]
+        else:
+            os.environ["XDG_STATE_HOME"] = saved

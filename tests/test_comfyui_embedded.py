@@ -21,7 +21,13 @@ import pytest
 
 from sagedoctor.install.execute import Executor, installed_distributions
 from sagedoctor.plan import Plan, Step
-from tests.standins import add_sageattention, borrow_host_site, clean_env, run_cli
+from tests.standins import (
+    add_sageattention,
+    borrow_host_site,
+    clean_env,
+    record_passing_verify,
+    run_cli,
+)
 from tests.test_install_kit import sage_wheel, serving
 from tests.test_install_steps import wheel_step
 
@@ -143,10 +149,7 @@ def test_install_enable_uninstall_round_trip_leaves_the_embedded_python_as_it_wa
     # A passing verify's record, as verify writes it for the hook (no GPU here to run one).
     fingerprint = ask(python, "import json, sagedoctor_runtime.hook as h; "
                       "print(json.dumps(h.live_fingerprint()))", env)
-    (python.parent / "sagedoctor").mkdir(exist_ok=True)  # the install record is there
-    (python.parent / "sagedoctor" / "verified.json").write_text(json.dumps(
-        {"schema_version": 1, "verdict": "routing", "fingerprint": fingerprint}),
-        encoding="utf-8")
+    record_passing_verify(python.parent, fingerprint, Path(env["HOME"]), python=python)
     done = run_cli(["enable", "--comfyui", str(root)], env)
     assert done.returncode == 0, done.stderr
     assert f"Enabled: {embedded_site(python) / 'sagedoctor-runtime.pth'}" in done.stdout

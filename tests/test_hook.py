@@ -12,7 +12,14 @@ import pytest
 from sagedoctor.install.bundle import build_runtime_wheel
 from sagedoctor.install.runner import Installer
 from sagedoctor.runtime.hook import fingerprint_differences
-from tests.standins import borrow_host_site, clean_env, make_venv, run_cli, venv_python
+from tests.standins import (
+    borrow_host_site,
+    clean_env,
+    make_venv,
+    record_passing_verify,
+    run_cli,
+    venv_python,
+)
 
 pytest.importorskip("torch")
 
@@ -71,12 +78,17 @@ def live_fingerprint(python: Path, env: dict[str, str]) -> dict:
     return json.loads(done.stdout)
 
 
-def write_verified(python: Path, fingerprint: dict) -> None:
-    folder = python.parent.parent / "sagedoctor"
-    folder.mkdir(exist_ok=True)
-    (folder / "verified.json").write_text(json.dumps(
-        {"schema_version": 1, "verdict": "routing", "fingerprint": fingerprint}),
-        encoding="utf-8")
+def write_verified(python: Path, fingerprint: dict, env: dict[str, str]) -> None:
+    """Both copies of a passing verify's record (user state and the venv's)."""
+    record_passing_verify(python.parent.parent, fingerprint, Path(env["HOME"]))
+
+
+def rewrite_arming_copy(python: Path, fingerprint: dict) -> None:
+    """The venv's copy only, as if the venv had been verified as ``fingerprint`` says: what
+    the hook compares at start, after enable."""
+    path = python.parent.parent / "sagedoctor" / "verified.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**data, "fingerprint": fingerprint}), encoding="utf-8")
 
 
 def run_app(python: Path, env: dict[str, str]) -> tuple[dict, str]:
@@ -91,7 +103,7 @@ def test_enable_arms_the_router_for_every_python_of_the_venv(
     python, env = venv
     fingerprint = live_fingerprint(python, env)
     assert fingerprint["dists"]["torch"]
-    write_verified(python, fingerprint)
+    write_verified(python, fingerprint, env)
     done = run_cli(["enable", "--python", str(python)], env)
     assert done.returncode == 0, done.stderr
     info, stderr = run_app(python, env)
@@ -116,10 +128,12 @@ def test_a_venv_changed_since_verify_keeps_sdpa_and_names_the_command_to_run(
     fingerprint = live_fingerprint(python, env)
     torch_stat = fingerprint["stat"]["torch"]
     assert torch_stat and torch_stat[0].startswith("torch-")
-    # What pip or uv leaves after an upgrade: another dist-info, another RECORD.
-    write_verified(python, {**fingerprint, "stat": {**fingerprint["stat"],
-                                                    "torch": ["torch-2.12.0.dist-info", 1, 2]}})
+    write_verified(python, fingerprint, env)
     assert run_cli(["enable", "--python", str(python)], env).returncode == 0
+    # What pip or uv leaves after an upgrade: another dist-info, another RECORD.
+    changed = {**fingerprint, "stat": {**fingerprint["stat"],
+                                       "torch": ["torch-2.12.0.dist-info", 1, 2]}}
+    rewrite_arming_copy(python, changed)
     info, stderr = run_app(python, env)
     assert not info["armed"] and info["same"]
     lines = ours(stderr)
@@ -133,9 +147,10 @@ def test_a_record_without_stat_data_compares_versions(
     python, env = venv
     fingerprint = live_fingerprint(python, env)
     del fingerprint["stat"]
-    write_verified(python, {**fingerprint, "dists": {**fingerprint["dists"],
-                                                      "torch": "2.12.0"}})
+    write_verified(python, fingerprint, env)  # by versions: they match
     assert run_cli(["enable", "--python", str(python)], env).returncode == 0
+    rewrite_arming_copy(python, {**fingerprint, "dists": {**fingerprint["dists"],
+                                                          "torch": "2.12.0"}})
     info, stderr = run_app(python, env)
     assert not info["armed"] and info["same"]
     assert f"torch 2.12.0 -> {fingerprint['dists']['torch']}" in stderr
@@ -146,7 +161,7 @@ def test_a_record_without_stat_data_compares_versions(
 def test_a_corrupt_record_starts_quietly_on_sdpa(
         venv: tuple[Path, dict[str, str]], content: str) -> None:
     python, env = venv
-    write_verified(python, live_fingerprint(python, env))
+    write_verified(python, live_fingerprint(python, env), env)
     assert run_cli(["enable", "--python", str(python)], env).returncode == 0
     (python.parent.parent / "sagedoctor" / "verified.json").write_text(content,
                                                                        encoding="utf-8")
@@ -158,7 +173,7 @@ def test_a_corrupt_record_starts_quietly_on_sdpa(
 def test_a_stale_pth_after_uninstalling_the_runtime_starts_quietly(
         venv: tuple[Path, dict[str, str]]) -> None:
     python, env = venv
-    write_verified(python, live_fingerprint(python, env))
+    write_verified(python, live_fingerprint(python, env), env)
     assert run_cli(["enable", "--python", str(python)], env).returncode == 0
     site = next(python.parent.parent.glob("lib/python*/site-packages"))
     import shutil
@@ -179,7 +194,7 @@ def test_enable_needs_a_passing_verify(venv: tuple[Path, dict[str, str]]) -> Non
 def test_verify_without_a_gpu_reports_broken_and_leaves_the_hook_off(
         venv: tuple[Path, dict[str, str]]) -> None:
     python, env = venv
-    write_verified(python, live_fingerprint(python, env))  # an old passing verdict
+    write_verified(python, live_fingerprint(python, env), env)  # an old passing verdict
     done = run_cli(["verify", "--python", str(python), "--quick"], env, timeout=180)
     assert done.returncode == 1, done.stderr
     assert "does not work in this venv" in done.stdout

@@ -51,7 +51,7 @@ WORDS = {"fifo": "is a FIFO, not a file", "folder": "is a folder, not a file",
 def test_a_hostile_record_keeps_the_hook_off_with_one_line(
         venv: tuple[Path, dict[str, str]], name: str, kind: str) -> None:
     python, env = venv
-    write_verified(python, live_fingerprint(python, env))
+    write_verified(python, live_fingerprint(python, env), env)
     assert run_cli(["enable", "--python", str(python)], env).returncode == 0
     path = python.parent.parent / "sagedoctor" / name
     put_hostile(path, kind)

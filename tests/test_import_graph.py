@@ -7,8 +7,6 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "sagedoctor"
 
 
@@ -83,7 +81,6 @@ def test_install_imports_plan_never_resolve() -> None:
     assert bad == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: h20v/h20s")
 def test_tui_imports_no_command() -> None:
     bad = [str(e) for e in all_edges()
            if inside(e.source, "sagedoctor.tui") and inside(e.target, "sagedoctor.commands")]

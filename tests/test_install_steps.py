@@ -22,8 +22,8 @@ from sagedoctor.install.cache import Cache
 from sagedoctor.install.errors import DamagedDownload, HostileDownload, NotInCache
 from sagedoctor.install.execute import Executor, installed_distributions
 from sagedoctor.install.runner import Installer, InstallError
-from sagedoctor.install_record import read_record
 from sagedoctor.plan import Step, WheelDownload
+from sagedoctor.state import read_install_record as read_record
 from tests.test_install_kit import (
     FAKE_SETUP,
     SAGE_GARBAGE,

@@ -107,6 +107,7 @@ def test_a_full_state_disk_is_sd922_not_internal_error(tmp_path: Path) -> None:
 def test_a_full_state_disk_keeps_the_previous_verify_record(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch
                                                             ) -> None:
+    import errno
     import os
 
     from sagedoctor.state import VerifyRecord, load_record, save_record, state_path
@@ -117,13 +118,22 @@ def test_a_full_state_disk_keeps_the_previous_verify_record(tmp_path: Path,
     old = VerifyRecord("sdpa-only", "2026-12-01T00:00:00Z", {"torch": "2.11.0"})
     save_record(prefix, old)
     path = state_path(prefix)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.symlink_to(DEV_FULL)
+    real_write = os.write
+
+    def full_there(fd: int, data: bytes) -> int:
+        # The disk of the state folder is full: the write syscall says so (ENOSPC) there only.
+        # The writer's temporary file has a fresh random name, so /dev/full cannot stand in.
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(path.parent)):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_there)
     with pytest.raises(OutOfSpace) as caught:
         save_record(prefix, VerifyRecord("broken", "2026-12-04T00:00:00Z", {"torch": "2.12.0"}))
+    monkeypatch.setattr(os, "write", real_write)
     assert caught.value.code == "SD922" and str(path.parent) in caught.value.message
     assert load_record(prefix) == old  # the old record, whole
-    assert not tmp.exists() and not tmp.is_symlink()  # no partial file left
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no partial file
 
 
 @needs_dev_full

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from sagedoctor.facts import InterruptedInstall, SageFacts, TargetFacts
-from sagedoctor.install_record import InstallRecord
 from sagedoctor.plan import ACTIONS, Blocked, Plan
 from sagedoctor.resolve import EditedConfig, UninstallFacts, resolve_uninstall
+from sagedoctor.state import InstallRecord
 
 PREFIX = "/venvs/app"
 HOOK = f"{PREFIX}/lib/python3.12/site-packages/sagedoctor-runtime.pth"

@@ -400,8 +400,8 @@ def test_a_source_build_for_torch_214_patches_its_copy_and_records_it(
     import json
     from dataclasses import replace
 
-    from sagedoctor.install_record import read_record
     from sagedoctor.plan import Step
+    from sagedoctor.state import read_install_record as read_record
     from tests.test_install import run_plan
     from tests.test_install_kit import fake_source, settings_for, torch_venv
 

@@ -34,6 +34,7 @@ from tests.standins import (
     clean_env,
     fake_nvidia_smi,
     make_venv,
+    record_passing_verify,
     run_cli,
 )
 from tests.tui_support import screen_text, settle
@@ -271,7 +272,12 @@ async def test_saved_report_is_what_check_json_writes(tmp_path: Path,
     assert json.loads(saved.read_text(encoding="utf-8")) == json.loads(done.stdout)
 
 
-async def test_enable_and_disable_switch_the_start_up_hook(tmp_path: Path) -> None:
+async def test_enable_and_disable_switch_the_start_up_hook(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sagedoctor.runtime.hook import dist_stats
+    from sagedoctor.state import venv_python_version, venv_site_dirs
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "home" / ".local" / "state"))
     venv = tmp_path / "venv"
     site = make_venv(venv)
     add_dist(site, "sagedoctor-runtime", "0.1.0")
@@ -288,9 +294,9 @@ async def test_enable_and_disable_switch_the_start_up_hook(tmp_path: Path) -> No
         await pilot.press("down", "down", "enter")  # enable, without a passing verify: refused
         await settle(pilot)
         assert "SD930" in static(app, "#action-result") and not hook.exists()
-        verified = venv / "sagedoctor" / "verified.json"
-        verified.parent.mkdir()
-        verified.write_text(json.dumps({"verdict": "routing"}), encoding="utf-8")
+        # A passing verify of this venv as it is now (no GPU here to run one): enable arms.
+        record_passing_verify(venv, {"python": venv_python_version(venv), "dists": {},
+                                     "stat": dist_stats(venv_site_dirs(venv))}, tmp_path / "home")
         await pilot.press("enter")
         await settle(pilot)
         assert hook.is_file() and "(start-up hook: on)" in static(app, "#actions-target")

@@ -7,7 +7,6 @@ settings class the probe reads and a loader that forbids unknown keys, as Invoke
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,18 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from sagedoctor.commands.enable import HOOK_LINE
+from sagedoctor.hook import HOOK_LINE
 from sagedoctor.tui.app import SagedoctorApp
 from sagedoctor.tui.screens.actions import ActionsScreen
 from sagedoctor.tui.session import TuiOptions
-from tests.standins import INVOKEAI_CONFIG_OLD, add_dist, add_invokeai, add_sageattention, make_venv
+from tests.standins import (
+    INVOKEAI_CONFIG_OLD,
+    add_dist,
+    add_invokeai,
+    add_sageattention,
+    make_venv,
+    record_passing_verify,
+)
 from tests.tui_support import settle
 
 pytestmark = pytest.mark.anyio
@@ -148,14 +154,17 @@ async def test_disable_after_other_edits_puts_back_only_the_earlier_value(
 
 
 async def test_invokeai_without_the_setting_is_switched_by_the_start_up_hook(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sagedoctor.runtime.hook import dist_stats
+    from sagedoctor.state import venv_python_version, venv_site_dirs
+
     root = invokeai_root(tmp_path, None, "6.14.2")
     venv = root / ".venv"
     site = next(venv.glob("lib/python3*/site-packages"))
     add_dist(site, "sagedoctor-runtime", "0.1.0")
-    (venv / "sagedoctor").mkdir()
-    (venv / "sagedoctor" / "verified.json").write_text(json.dumps({"verdict": "routing"}),
-                                                       encoding="utf-8")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "home" / ".local" / "state"))
+    record_passing_verify(venv, {"python": venv_python_version(venv), "dists": {},
+                                 "stat": dist_stats(venv_site_dirs(venv))}, tmp_path / "home")
     config = root / "invokeai.yaml"
     hook = site / "sagedoctor-runtime.pth"
     app = SagedoctorApp(TuiOptions(venv=venv, root=root))

@@ -19,9 +19,9 @@ import pytest
 
 from sagedoctor.install.lock import venv_lock, venv_state_dir
 from sagedoctor.install.runner import Installer, InstallError
-from sagedoctor.install_record import InstallRecord, merged_record, read_record, record_install
 from sagedoctor.invokeai import apply_settings, save_edit_record
-from sagedoctor.state import state_dir
+from sagedoctor.state import InstallRecord, merged_record, record_install, state_dir
+from sagedoctor.state import read_install_record as read_record
 from tests.standins import (
     INVOKEAI_CONFIG_NEW,
     add_dist,

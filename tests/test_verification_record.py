@@ -14,7 +14,7 @@ from sagedoctor.facts import Facts, VerificationFacts, load_facts_file
 from sagedoctor.index import shipped_index
 from sagedoctor.plan import Plan
 from sagedoctor.resolve import resolve_plan
-from sagedoctor.state import record_verification, state_path
+from sagedoctor.state import record_verification, state_path, venv_python_version
 from sagedoctor.verify import key_results, parse_report, verdict, verify_record
 from tests.standins import add_sageattention, add_torch, clean_env, make_venv, run_cli, venv_python
 
@@ -31,6 +31,8 @@ def broken_report(sage: str = "2.2.0", torch: str = "2.11.0") -> dict:
 
 
 def record(prefix: Path, report: dict) -> None:
+    # the venv's own Python: a record of another Python is stale (the hook says so too)
+    report["fingerprint"]["python"] = venv_python_version(prefix)
     results = key_results(report)
     record_verification(prefix, venv_python(prefix), verdict(report, results),
                         report["fingerprint"], verify_record(report, results),
@@ -134,7 +136,7 @@ def test_a_rebuild_under_the_same_version_makes_the_record_stale(tmp_path: Path)
 
     prefix, env = venv_with_sage(tmp_path)
     report = parse_report((FIXTURES / "selftest-h200-main.json").read_text(encoding="utf-8"))
-    report["fingerprint"] = {"python": "3.12.3",
+    report["fingerprint"] = {"python": venv_python_version(prefix),
                              "dists": {"sageattention": "2.2.0", "torch": "2.11.0"},
                              "stat": dist_stats(venv_site_dirs(prefix))}
     old_home = os.environ.get("HOME")

@@ -4,133 +4,43 @@ the choice between that hook and its own `--use-sage-attention` flag."""
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-from .. import exit_codes
 from ..comfyui import (
     DESKTOP_LAUNCH_ARGS,
     DESKTOP_SETTINGS,
     FLAG_LAUNCHER,
     SAGE_FLAG,
     comfyui_ways,
-    pth_file_for,
-    pth_imports_site,
     read_bytes_as_text,
-    read_small,
     sageattn_table,
     with_sage_flag,
 )
-from ..errors import SagedoctorError
 from ..facts import ComfyUIFacts, TargetFacts, VerificationFacts
-from ..state import HOOK_FILE as HOOK_FILE  # re-exported: where enable writes it
-
-# The .pth line defines a finder inline instead of importing the runtime: an import from
-# site-packages at every start was most of the hook's cost in `python -c pass` (about 0.6 ms of
-# 10). The finder waits for torch.nn.functional, then hands over to sagedoctor_runtime.start;
-# a runtime removed by hand makes it step aside (the import of torch goes on as without it).
-# Once only: site reads the .pth twice where lib64 links to lib.
-_FINDER = (
-    "class _SagedoctorFinder:\n"
-    "    @staticmethod\n"
-    "    def find_spec(name, path=None, target=None):\n"
-    "        if name != 'torch.nn.functional':\n"
-    "            return None\n"
-    "        if _SagedoctorFinder in sys.meta_path:\n"
-    "            sys.meta_path.remove(_SagedoctorFinder)\n"
-    "        try:\n"
-    "            from sagedoctor_runtime.start import find_functional\n"
-    "            return find_functional(name, path, target)\n"
-    "        except Exception:\n"
-    "            return None\n"
-    "sys.meta_path.insert(0, _SagedoctorFinder)\n")
-# The guard skips compiling the finder again (0.15 ms) on the .pth's second read.
-HOOK_LINE = ("import sys; any(getattr(f, '__name__', '') == '_SagedoctorFinder' for f in "
-             f"sys.meta_path) or exec({_FINDER!r}, {{'sys': sys}})\n")
-
-
-class EnableError(SagedoctorError):
-    """enable's precondition (the runtime, a passing verify) is missing: fixable."""
-
-    code = "SD930"
-    exit_status = exit_codes.FIXABLE
-
-
-def hook_path(target: TargetFacts) -> Path:
-    return Path(target.site_packages) / HOOK_FILE
+from ..file_meta import write_atomic
+from ..hook import EnableError, HookChange, hook_on, target_arg
 
 
 def run_enable(target: TargetFacts, out: TextIO | None = None, *,
                comfyui: ComfyUIFacts | None = None, launch_flag: bool = False,
                verification: VerificationFacts | None = None) -> int:
     stream = out or sys.stdout
-    from ..install.pending import refuse_if_pending
-
-    # A killed install's journal: the venv is half-installed and the next install rolls it back.
-    refuse_if_pending(Path(target.prefix), "enable", _target_arg(target, comfyui))
     if launch_flag:
-        return _enable_launch_flag(target, comfyui, verification, stream)
-    _refuse_where_site_never_runs(target, comfyui)  # first: it is why nothing else is seen
-    venv = target.prefix
-    if target.runtime is None:
-        raise EnableError(f"the runtime is not installed in {venv}",
-                          f"run `sagedoctor install {_target_arg(target, comfyui)}` first")
-    verified = Path(target.prefix) / "sagedoctor" / "verified.json"
-    from ..runtime.records import read_record_bytes
+        from ..install.pending import refuse_if_pending
 
-    try:  # a regular file only, never blocking: a FIFO there must not hang enable
-        data = json.loads(read_record_bytes(str(verified)).decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
-        raise EnableError(f"{venv} has no passing verification",
-                          f"run `sagedoctor verify {_target_arg(target, comfyui)}`; enable "
-                          "needs a kernel that was proven correct and faster") from None
-    if not isinstance(data, dict) or data.get("verdict") != "routing":
-        raise EnableError(f"{verified} does not record a passing verification",
-                          f"run `sagedoctor verify {_target_arg(target, comfyui)}`")
-    path = hook_path(target)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(HOOK_LINE, encoding="utf-8")
-    tmp.replace(path)
-    who = "ComfyUI's Python" if comfyui is not None else "Every Python of this venv"
-    stream.write(f"Enabled: {path}\n"
-                 f"{who} now routes attention through SageAttention where "
-                 "it was verified faster, while torch, triton and SageAttention stay as "
-                 "verified. Turn it off with `sagedoctor disable` or SAGEDOCTOR_RUNTIME=off.\n")
+        # A killed install's journal: the venv is half-installed; the next install rolls it back.
+        refuse_if_pending(Path(target.prefix), "enable", target_arg(target, comfyui))
+        return _enable_launch_flag(target, comfyui, verification, stream)
+    from ..hook import enable
+
+    change = enable(target, comfyui)
+    stream.write(change.message + "\n")
     if comfyui is not None:
         stream.write(comfyui_ways(comfyui, hook_on=True, table=_verify_table(target)))
     return 0
-
-
-def _target_arg(target: TargetFacts, comfyui: ComfyUIFacts | None) -> str:
-    from ..diagnose import quote
-    from ..probe.target import current_os
-
-    os_name = current_os()
-    if comfyui is not None:
-        return f"--comfyui {quote(comfyui.root, os_name)}"
-    if target.is_venv:
-        return f"--venv {quote(target.prefix, os_name)}"
-    return f"--python {quote(target.executable, os_name)}"
-
-
-def _refuse_where_site_never_runs(target: TargetFacts, comfyui: ComfyUIFacts | None) -> None:
-    """An embedded Python's ._pth without `import site`: no .pth file there ever runs."""
-    pth = pth_file_for(Path(target.executable))
-    if pth is None:
-        return
-    text = read_small(pth)
-    if text is None or pth_imports_site(text):
-        return
-    portable = comfyui is not None and comfyui.layout == "portable"
-    flag = (f"`sagedoctor enable {_target_arg(target, comfyui)} --launch-flag`" if portable
-            else f"start ComfyUI with {SAGE_FLAG}")
-    raise EnableError(f"{pth} has no `import site` line, so this Python never imports site "
-                      "and never runs a .pth file: the start-up hook cannot run here",
-                      f"add the line `import site` to {pth} (ComfyUI's portable build ships "
-                      f"it), then enable again; or use ComfyUI's own switch: {flag}")
 
 
 def _verify_table(target: TargetFacts) -> str:
@@ -151,7 +61,7 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
                           "pass --comfyui DIR (the ComfyUI_windows_portable folder)")
     if target.sageattention is None:
         raise EnableError(f"SageAttention is not installed in {target.prefix}",
-                          f"run `sagedoctor install {_target_arg(target, comfyui)}` first")
+                          f"run `sagedoctor install {target_arg(target, comfyui)}` first")
     if comfyui.sage_flag_supported is False:
         raise EnableError(f"ComfyUI {comfyui.version or ''} does not declare {SAGE_FLAG}; "
                           "it would stop at start", "update ComfyUI first")
@@ -163,10 +73,10 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
     if wrong:
         raise EnableError(f"verify found `sageattn()` wrong on {wrong[0].name}: with "
                           f"{SAGE_FLAG} every image would be garbage",
-                          f"run `sagedoctor install {_target_arg(target, comfyui)}` (it replaces "
+                          f"run `sagedoctor install {target_arg(target, comfyui)}` (it replaces "
                           "the build), then verify")
     if comfyui.layout != "portable":
-        stream.write(comfyui_ways(comfyui, hook_on=hook_path(target).exists(),
+        stream.write(comfyui_ways(comfyui, hook_on=hook_on(target),
                                   table=_verify_table(target)))
         stream.write(f"Nothing written: only the portable build has a .bat file to copy. "
                      f"{_how_to_set_flag(comfyui)}\n")
@@ -184,17 +94,15 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
     if dest.exists() and read_bytes_as_text(dest) != flagged:
         raise EnableError(f"{dest} exists and is not what sagedoctor would write",
                           "move it away (or keep it: it is yours), then run this again")
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_bytes(flagged.encode("latin-1"))
-    tmp.replace(dest)
+    write_atomic(dest, flagged.encode("latin-1"))
     stream.write(f"Wrote {dest}: run_nvidia_gpu.bat with {SAGE_FLAG}. Start ComfyUI with it "
                  "to use ComfyUI's own switch; run_nvidia_gpu.bat is unchanged.\n")
     if verification is None or verification.status != "verified":
         stream.write(f"No verify has checked sageattn() in this Python: run `sagedoctor verify "
-                     f"{_target_arg(target, comfyui)}` before starting ComfyUI with it.\n")
+                     f"{target_arg(target, comfyui)}` before starting ComfyUI with it.\n")
     now = replace(comfyui, sage_flag_in=tuple(dict.fromkeys((*comfyui.sage_flag_in,
                                                              FLAG_LAUNCHER))))
-    stream.write(comfyui_ways(now, hook_on=hook_path(target).exists(),
+    stream.write(comfyui_ways(now, hook_on=hook_on(target),
                               table=_verify_table(target)))
     return 0
 
@@ -216,42 +124,20 @@ def run_disable(target: TargetFacts, out: TextIO | None = None, *,
         if source is not None and read_bytes_as_text(launcher) == with_sage_flag(source):
             launcher.unlink()  # only the copy enable wrote; one the user edited stays
             stream.write(f"Removed {launcher}\n")
-    path = hook_path(target)
-    if path.exists():
-        path.unlink()
-        stream.write(f"Disabled: removed {path}\n")
-    else:
-        stream.write(f"Nothing to do: {path} does not exist\n")
+    from ..hook import disable
+
+    change: HookChange = disable(target)
+    stream.write(change.message + "\n")
     return 0
-
-
-def hook_files_on_disk(venv: Path | None, python: Path | None,
-                       comfyui: Path | None = None) -> list[Path]:
-    """The hook files in the venv named by --venv, --python or --comfyui, found by the file
-    system alone: when the venv's Python does not start (a .pth of binary bytes kills every
-    interpreter of the venv at `import site`), `disable` must still find its own file."""
-    from ..state import venv_site_dirs
-
-    prefixes = [venv] if venv is not None else []
-    if python is not None:  # bin/python or Scripts\\python.exe of a venv; python.exe embedded
-        prefixes += [python.parent.parent, python.parent]
-    if comfyui is not None:  # the portable build's Python, Desktop's or a clone's .venv
-        prefixes += [comfyui / "python_embeded", comfyui / ".venv", comfyui.parent / ".venv"]
-    found: list[Path] = []
-    for prefix in prefixes:
-        for site in venv_site_dirs(prefix):
-            path = Path(site) / HOOK_FILE
-            if (path.is_file() or path.is_symlink()) and path not in found:
-                found.append(path)
-    return found
 
 
 def disable_without_interpreter(paths: list[Path], why: str, out: TextIO | None = None) -> int:
     """Remove the hook files whatever is in them (binary bytes, not UTF-8, empty): the
     file is ours, and reading it is not needed to know that."""
+    from ..hook import remove_hook_files
+
     stream = out or sys.stdout
-    for path in paths:
-        path.unlink()
+    for path in remove_hook_files(paths):
         stream.write(f"Disabled: removed {path} without reading it: this venv's Python did "
                      f"not start ({why})\n")
     return 0

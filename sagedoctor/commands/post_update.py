@@ -16,6 +16,8 @@ from typing import Any, TextIO
 
 from .. import exit_codes
 from ..errors import SagedoctorError
+from ..hook import needs_rebuild, unchanged_since_verify
+from ..state import VenvFiles
 
 EXIT_OK = 0
 EXIT_NOT_VERIFIED = 1  # routing stays off: not repairable here, or the plan was not confirmed
@@ -67,72 +69,7 @@ def venv_prefix_of(options: PostUpdateOptions) -> Path | None:
     return None
 
 
-def venv_python_version(prefix: Path) -> str | None:
-    """pyvenv.cfg's `version` (venv, virtualenv) or `version_info` (uv): X.Y.Z."""
-    try:
-        text = (prefix / "pyvenv.cfg").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    values = {}
-    for line in text.splitlines()[:64]:
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip().lower()] = value.strip()
-    found = values.get("version_info") or values.get("version")
-    if not found:
-        return None
-    parts = found.split(".")
-    return ".".join(parts[:3]) if len(parts) >= 3 and all(p.isdigit() for p in parts[:3]) \
-        else None
-
-
-def unchanged_since_verify(prefix: Path) -> tuple[bool, str]:
-    """(True, what was verified) where a passing record's stat fingerprint still matches the
-    venv; else (False, why the slow path runs)."""
-    import json
-
-    from ..runtime.hook import dist_stats, stat_differences
-    from ..state import load_status, venv_record_path, venv_site_dirs
-
-    status, record = load_status(prefix)
-    if record is None:
-        return False, "no verify record" if status == "unverified" else "the record is corrupt"
-    if record.verdict != "routing":
-        return False, f"the last verify's verdict was {record.verdict}"
-    from ..runtime.records import RecordUnreadable, read_record_bytes
-
-    try:  # a regular file only, never blocking: a FIFO there must not hang post-update
-        armed = json.loads(read_record_bytes(str(venv_record_path(prefix))).decode("utf-8"))
-    except RecordUnreadable as exc:
-        return False, f"the venv's arming record is unreadable: {exc}"
-    except (OSError, ValueError, RecursionError):
-        return False, "the venv's arming record is missing"
-    fingerprint = armed.get("fingerprint") if isinstance(armed, dict) else None
-    if not isinstance(fingerprint, dict) or armed.get("verdict") != "routing":
-        return False, "the venv's arming record is not a passing one"
-    saved = fingerprint.get("stat")
-    if not isinstance(saved, dict):
-        return False, "the venv's arming record has no stat fingerprint"
-    python = venv_python_version(prefix)
-    if python is None or python != fingerprint.get("python"):
-        return False, f"python {fingerprint.get('python')} -> {python or 'unknown'}"
-    changed = stat_differences(saved, dist_stats(venv_site_dirs(prefix)))
-    if changed:
-        return False, ", ".join(changed) + " changed"
-    dists = fingerprint.get("dists")
-    dists = dists if isinstance(dists, dict) else {}
-    what = ", ".join(f"{n} {v}" for n, v in sorted(dists.items()) if v)
-    return True, f"verified {record.verified_at}" + (f" ({what})" if what else "")
-
-
 # --- the slow path ---------------------------------------------------------------------------
-
-def needs_rebuild(verdict: str | None, crashed: bool, has_sageattention: bool) -> bool:
-    """A build that no longer imports (or crashes the self-test) after an update was made
-    for the old torch: it is rebuilt (Linux) or its wheel reinstalled (Windows), even where
-    its files look complete. A wrong `sageattn()` is the plan's own business (SD167)."""
-    return has_sageattention and (crashed or verdict == "broken")
-
 
 def _confirm(stream: TextIO, yes: bool, fix: str) -> bool:
     if yes:
@@ -180,7 +117,7 @@ def _indented(stream: TextIO) -> Callable[[str], None]:
 def _remove_marker(prefix: Path) -> None:
     # The hook's auto-repair starts post-update once per marker; done, the next change may
     # start it again.
-    (prefix / "sagedoctor" / "auto-repair.started").unlink(missing_ok=True)
+    VenvFiles(prefix).auto_repair_marker.unlink(missing_ok=True)
 
 
 def _what_changed(prefix: Path, live: dict[str, Any]) -> list[str]:

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TextIO
 
 from ..facts import InvokeAIFacts, TargetFacts
-from ..install_record import read_record
+from ..hook import hook_path
 from ..invokeai import load_edit_record, untouched_since
 from ..plan import Blocked
 from ..render_plan import render_plan_text
 from ..resolve import BACKEND_KEY, EditedConfig, UninstallFacts, resolve_uninstall
-from .enable import hook_path
+from ..state import VenvFiles, read_install_record
 
 
 def config_state(prefix: Path, invokeai: InvokeAIFacts | None) -> EditedConfig | None:
@@ -55,9 +55,9 @@ def uninstall_facts(target: TargetFacts, invokeai: InvokeAIFacts | None,
 
     prefix = Path(target.prefix)
     hook = hook_path(target)
-    records = prefix / "sagedoctor"
+    records = VenvFiles(prefix).records
     return UninstallFacts(
-        target, platform.system().lower() or "unknown", read_record(prefix),
+        target, platform.system().lower() or "unknown", read_install_record(prefix),
         str(hook) if hook.exists() or hook.is_symlink() else None,
         str(records) if records.is_dir() else None, config_state(prefix, invokeai),
         pending_install(prefix, state_root))

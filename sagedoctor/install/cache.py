@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..file_meta import write_atomic
 from .errors import HostileDownload
 from .integrity import archive_problem
 
@@ -84,10 +85,8 @@ class Cache:
         return data
 
     def _write(self, data: dict[str, Any]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self._digests_path().with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(self._digests_path())
+        write_atomic(self._digests_path(),
+                     (json.dumps(data, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 
     def measured(self, url: str) -> str | None:
         value = self._read()["measured"].get(url)

@@ -26,7 +26,6 @@ from packaging import tags as packaging_tags
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from ..install_record import record_install
 from ..invokeai import (
     ConfigEdit,
     apply_settings,
@@ -38,6 +37,7 @@ from ..invokeai import (
 )
 from ..plan import ACTIONS, PACKAGE_ACTIONS, SAGE_ACTIONS, BuildSettings, Plan, Step
 from ..proc import ToolMissing, ToolTimeout
+from ..state import record_install
 from ..target_answer import ask_target, with_answer_function
 from .bundle import build_runtime_wheel
 from .cache import Cache, built_key, default_cache_dir, file_sha256, safe_file_name

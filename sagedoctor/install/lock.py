@@ -4,7 +4,6 @@ it. The OS frees the lock of a dead holder; its PID file is then taken over and 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -16,12 +15,9 @@ from .errors import InstallLocked
 
 def venv_state_dir(prefix: Path, state_root: Path | None = None) -> Path:
     """<state>/venvs/<key>.install/: lock, journal and backups of one venv."""
-    if state_root is None:
-        from ..state import state_dir
+    from ..state import VenvFiles
 
-        state_root = state_dir()
-    key = hashlib.sha256(str(prefix).encode("utf-8")).hexdigest()[:16]
-    return state_root / "venvs" / f"{key}.install"
+    return VenvFiles(Path(prefix)).install_folder(state_root)
 
 
 def pid_alive(pid: int) -> bool:

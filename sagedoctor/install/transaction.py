@@ -23,7 +23,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from ..errors import room_needed
-from ..file_meta import FileMeta, meta_of, restore_meta, write_keeping_meta
+from ..file_meta import FileMeta, meta_of, restore_meta, write_atomic, write_keeping_meta
 from ..proc import ToolMissing, ToolTimeout
 from ..target_answer import ask_target, with_answer_function
 from .cache import file_sha256
@@ -156,14 +156,8 @@ class Journal:
 
     def write(self, **changes: Any) -> None:
         self.data.update(changes)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with room_needed(tmp, "the install's journal"):
-            with tmp.open("w", encoding="utf-8") as handle:
-                json.dump(self.data, handle, ensure_ascii=False)
-                handle.flush()
-                os.fsync(handle.fileno())
-            tmp.replace(self.path)
+        with room_needed(self.path, "the install's journal"):
+            write_atomic(self.path, json.dumps(self.data, ensure_ascii=False).encode("utf-8"))
 
     def begin(self, python: Path, prefix: Path, work: Path, log: Path) -> None:
         self.data = {}

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import VerificationFacts, WrongKernel
-from ..runtime.hook import dist_stats, stat_differences
-from ..state import hook_enabled, load_status, venv_site_dirs
+from ..state import arming_problem, changes_since, hook_enabled, load_status
 
 
 def wrong_kernels(results: Any) -> tuple[WrongKernel, ...]:
@@ -42,12 +41,12 @@ def read_verification(prefix: Path) -> VerificationFacts:
         value = dists.get(name)
         return value if isinstance(value, str) else None
 
-    saved = record.fingerprint.get("stat") if isinstance(record.fingerprint, dict) else None
-    changed: tuple[str, ...] = ()
-    if isinstance(saved, dict):  # reports before the stat fingerprint have none to compare
-        changed = tuple(stat_differences(saved, dist_stats(venv_site_dirs(prefix))))
+    # The same comparisons as state.still_as_verified (post-update, enable and the TUI):
+    # the venv's Python and dist-info RECORDs against the fingerprint, the hook's copy.
+    changed = changes_since(prefix, record.fingerprint)
+    armed = arming_problem(prefix, record) if record.verdict == "routing" else None
     return VerificationFacts(status=status, verdict=record.verdict,
                              verified_at=record.verified_at,
                              sageattention=version("sageattention"), torch=version("torch"),
                              wrong_sageattn=wrong_kernels(record.results), changed=changed,
-                             hooked=hooked)
+                             hooked=hooked, arming_problem=armed)

@@ -12,6 +12,8 @@ __future__ is 0.1 ms of every start): annotations that name typing-only types ar
 import os
 import sys
 
+from .files import AUTO_REPAIR_LOG, AUTO_REPAIR_MARKER, CALIBRATION, VERIFIED, record_file
+
 # What interpreter start runs lives in .start; its names stay importable from here (a .pth
 # line written by an older `enable` calls hook.install()).
 from .start import OFF_ENV as OFF_ENV
@@ -31,7 +33,7 @@ AUTO_REPAIR_ENV = "SAGEDOCTOR_AUTO_REPAIR"
 
 
 def verified_path(prefix: "str | None" = None) -> str:
-    return os.path.join(prefix or sys.prefix, "sagedoctor", "verified.json")
+    return record_file(prefix or sys.prefix, VERIFIED)
 
 
 def site_dirs() -> "list[str]":
@@ -73,8 +75,11 @@ def live_fingerprint() -> "dict[str, Any]":
             dists[name] = metadata.version(name)
         except Exception:
             dists[name] = None
+    # "sites": where the stats came from, so that the tool compares the same folders
+    # without starting this interpreter (a venv may import from a folder outside it).
+    sites = site_dirs()
     return {"python": ".".join(str(p) for p in sys.version_info[:3]), "dists": dists,
-            "stat": dist_stats(site_dirs())}
+            "stat": dist_stats(sites), "sites": sites}
 
 
 def stat_differences(saved: "Mapping[str, Any]", live: "Mapping[str, Any]") -> "list[str]":
@@ -153,8 +158,8 @@ def calibration_readable(prefix: "str | None" = None) -> bool:
     from .records import MAX_RECORD_BYTES, read_record_bytes
 
     # the router's calibration_path(), without importing the router
-    path = os.environ.get("SAGEDOCTOR_CALIBRATION") or os.path.join(
-        prefix or sys.prefix, "sagedoctor", "calibration.json")
+    path = os.environ.get("SAGEDOCTOR_CALIBRATION") or record_file(prefix or sys.prefix,
+                                                                   CALIBRATION)
     try:
         found = os.stat(path)  # a stat, unlike an open, never waits on a FIFO
         if stat.S_ISREG(found.st_mode) and found.st_size <= MAX_RECORD_BYTES:
@@ -179,7 +184,7 @@ def maybe_auto_repair(saved: "Mapping[str, Any]", prefix: "str | None" = None) -
     argv = saved.get("post_update")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         return
-    marker = os.path.join(prefix or sys.prefix, "sagedoctor", "auto-repair.started")
+    marker = record_file(prefix or sys.prefix, AUTO_REPAIR_MARKER)
     try:
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     except OSError:
@@ -189,7 +194,7 @@ def maybe_auto_repair(saved: "Mapping[str, Any]", prefix: "str | None" = None) -
     flags: dict[str, Any] = {"start_new_session": True} if os.name != "nt" else {
         "creationflags": 0x00000008 | 0x00000200}  # DETACHED_PROCESS | NEW_PROCESS_GROUP
     try:
-        with open(marker[:-len("started")] + "log", "ab") as log:
+        with open(record_file(prefix or sys.prefix, AUTO_REPAIR_LOG), "ab") as log:
             subprocess.Popen([*argv, "--yes"], stdin=subprocess.DEVNULL, stdout=log,
                              stderr=subprocess.STDOUT, **flags)
     except OSError:

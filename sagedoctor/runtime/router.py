@@ -561,8 +561,9 @@ def calibration_path() -> str:
     """SAGEDOCTOR_CALIBRATION, else the file `sagedoctor verify` writes into this venv."""
     import sys
 
-    return os.environ.get(CALIBRATION_ENV) or os.path.join(sys.prefix, "sagedoctor",
-                                                           "calibration.json")
+    from .files import CALIBRATION, record_file
+
+    return os.environ.get(CALIBRATION_ENV) or record_file(sys.prefix, CALIBRATION)
 
 
 def speed_check_enabled() -> bool:

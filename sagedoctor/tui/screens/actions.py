@@ -3,7 +3,6 @@ log folder, a JSON report. Switches run in a worker (InvokeAI's loader proves ea
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -14,8 +13,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ...commands.enable import hook_path, run_disable, run_enable
 from ...errors import SagedoctorError
+from ...hook import disable, enable, hook_on
 from ...terminal_text import printable
 from ..invokeai_switch import state_line
 
@@ -70,7 +69,7 @@ Esc      back
         if target is None:
             return ("No venv of this machine is selected (facts from a file): only the "
                     "report can be saved.")
-        state = "on" if hook_path(target).exists() else "off"
+        state = "on" if hook_on(target) else "off"
         facts = self.tui.session.facts
         invokeai = state_line(target, facts.invokeai if facts else None)
         return printable(f"Target venv: {target.prefix} (start-up hook: {state})\n{invokeai}")
@@ -105,9 +104,7 @@ Esc      back
             else:
                 target = session.target
                 assert target is not None
-                out = io.StringIO()
-                (run_enable if choice == "enable" else run_disable)(target, out)
-                said = out.getvalue().strip()
+                said = (enable(target) if choice == "enable" else disable(target)).message
         except SagedoctorError as exc:
             said = f"error {exc.code}: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix
                                                          else "")

@@ -1,0 +1,155 @@
+"""One answer to "is this venv still what verify proved?" (issue 20): `state.still_as_verified`,
+which check, post-update, enable and the TUI share. Before, a corrupt `<venv>/sagedoctor/
+verified.json` kept the hook off while `check` read the user-state copy and said nothing, and
+`enable` armed a venv whose torch had changed since the verify. Real venvs with stand-in
+dist-infos; the CLI runs as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from sagedoctor.file_meta import write_atomic
+from sagedoctor.runtime.hook import dist_stats
+from sagedoctor.state import (
+    VenvFiles,
+    VerifyRecord,
+    save_record,
+    still_as_verified,
+    venv_python_version,
+    venv_site_dirs,
+)
+from tests.standins import (
+    add_dist,
+    add_sageattention,
+    add_torch,
+    clean_env,
+    make_venv,
+    record_passing_verify,
+    run_cli,
+)
+
+TORCH_PY = "__version__ = '2.11.0+cu130'\ncuda = '13.0'\nhip = None\n"
+WHEN = "2026-12-01T00:00:00+00:00"
+
+
+def verified_venv(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A venv with torch, SageAttention and the runtime, and a passing verify of exactly it
+    (both copies, the user-state one under the CLI's HOME)."""
+    prefix = tmp_path / "app venv é"
+    site = make_venv(prefix)
+    add_torch(site, TORCH_PY, "2.11.0")
+    add_sageattention(site, "2.2.0", ("_fused", "_qattn_sm90"))
+    add_dist(site, "sagedoctor-runtime", "0.1.0")
+    env = clean_env(tmp_path)
+    record_passing_verify(prefix, fingerprint_of(prefix), Path(env["HOME"]), WHEN)
+    return prefix, site, env
+
+
+def fingerprint_of(prefix: Path) -> dict:
+    return {"python": venv_python_version(prefix),
+            "dists": {"torch": "2.11.0", "sageattention": "2.2.0"},
+            "stat": dist_stats(venv_site_dirs(prefix))}
+
+
+@pytest.fixture
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "home" / ".local" / "state"))
+    return tmp_path / "home"
+
+
+def test_the_answer_for_each_way_a_venv_can_differ(tmp_path: Path, state_home: Path) -> None:
+    prefix, site, _ = verified_venv(tmp_path)
+    assert still_as_verified(prefix) == (True, ())
+
+    files = VenvFiles(prefix)
+    good = files.verified.read_bytes()
+    files.verified.write_bytes(b"\xff{not json")
+    same, why = still_as_verified(prefix)
+    assert not same and "arming record" in why[0] and "does not parse" in why[0]
+    files.verified.unlink()
+    assert "is missing" in still_as_verified(prefix)[1][0]
+    files.verified.write_bytes(good.replace(WHEN.encode(), b"2026-11-01T00:00:00+00:00"))
+    assert "from another verify" in still_as_verified(prefix)[1][0]
+    files.verified.write_bytes(good)
+    assert still_as_verified(prefix) == (True, ())
+
+    cfg = prefix / "pyvenv.cfg"
+    text = cfg.read_text(encoding="utf-8")
+    python = venv_python_version(prefix)
+    assert python is not None
+    cfg.write_text(text.replace(python, "3.99.1"), encoding="utf-8")
+    assert still_as_verified(prefix) == (False, (f"python {python} -> 3.99.1",))
+    cfg.write_text(text, encoding="utf-8")
+
+    record = site / "torch-2.11.0.dist-info" / "RECORD"
+    record.write_text(record.read_text(encoding="utf-8") + "torch/new.py,,\n", encoding="utf-8")
+    assert still_as_verified(prefix) == (False, ("torch",))  # rewritten by an upgrade
+
+
+def test_a_failing_verdict_or_no_record_is_never_still_verified(tmp_path: Path,
+                                                                state_home: Path) -> None:
+    prefix = tmp_path / "vénv"
+    make_venv(prefix)
+    assert still_as_verified(prefix) == (False, ("no verify record",))
+    save_record(prefix, VerifyRecord("sdpa-only", WHEN, fingerprint_of(prefix)))
+    assert still_as_verified(prefix) == (False, ("the last verify's verdict was sdpa-only",))
+    assert not VenvFiles(prefix).verified.exists()  # the hook's copy: only for 'routing'
+
+
+def test_check_sees_the_corrupt_arming_copy_that_keeps_the_hook_off(tmp_path: Path) -> None:
+    prefix, site, env = verified_venv(tmp_path)
+    (site / "sagedoctor-runtime.pth").write_text("import sys\n", encoding="utf-8")  # hooked
+
+    def sd168() -> list[dict]:
+        done = run_cli(["check", "sageattention", "--venv", str(prefix), "--json"], env)
+        return [f for f in json.loads(done.stdout)["findings"] if f["code"] == "SD168"]
+
+    assert sd168() == []
+    VenvFiles(prefix).verified.write_bytes(b"\x00\x01 garbage")
+    found = sd168()
+    assert len(found) == 1 and found[0]["severity"] == "error"
+    assert "arming record" in found[0]["detail"] and "stays off" in found[0]["detail"]
+    assert "sagedoctor verify" in found[0]["fix"]
+
+
+def test_enable_refuses_a_venv_changed_since_the_verify(tmp_path: Path) -> None:
+    prefix, site, env = verified_venv(tmp_path)
+    hook = site / "sagedoctor-runtime.pth"
+    record = site / "torch-2.11.0.dist-info" / "RECORD"
+    record.write_text(record.read_text(encoding="utf-8") + "torch/new.py,,\n", encoding="utf-8")
+    done = run_cli(["enable", "--venv", str(prefix)], env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "SD930" in done.stderr and "torch" in done.stderr and "sagedoctor verify" in done.stderr
+    assert not hook.exists()
+    record_passing_verify(prefix, fingerprint_of(prefix), Path(env["HOME"]), WHEN)  # verified
+    done = run_cli(["enable", "--venv", str(prefix)], env)
+    assert done.returncode == 0, done.stderr
+    assert hook.is_file()
+
+
+def test_two_writers_of_one_record_never_collide(tmp_path: Path) -> None:
+    """A fixed `.tmp` name made two writers replace each other's temporary file (one then
+    failed, or left half a file): each write has its own, and the file is always whole."""
+    path = tmp_path / "records é" / "installed.json"
+    payloads = [json.dumps({"writer": n, "pad": "x" * 50_000}).encode() for n in range(4)]
+    errors: list[BaseException] = []
+
+    def write(data: bytes) -> None:
+        try:
+            for _ in range(40):
+                write_atomic(path, data)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(p,)) for p in payloads]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert path.read_bytes() in payloads
+    assert [p.name for p in path.parent.iterdir()] == ["installed.json"]
