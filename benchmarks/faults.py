@@ -29,6 +29,7 @@ import csv
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -282,16 +283,46 @@ def sitecustomize_noise(venv: Venv, folder: Path) -> None:
         noise.unlink()
 
 
+def _fill(folder: Path) -> None:
+    """Use up the free space of the file system ``folder`` is on."""
+    with open(folder / "filler", "ab", buffering=0) as filler:  # unbuffered: close can't fail
+        free = shutil.disk_usage(folder).free
+        if free > 4096:
+            os.posix_fallocate(filler.fileno(), 0, free - 4096)
+        try:
+            while True:
+                filler.write(b"\0" * 512)
+        except OSError:
+            pass  # full
+
+
 def state_disk_full(venv: Venv, folder: Path) -> None:
-    """No room where the journal is written: the kernel's ENOSPC, from /dev/full."""
-    if not Path("/dev/full").exists():
-        raise Unavailable("no /dev/full")
+    """The state folder's disk fills up while the install runs (after its preflight saw room):
+    the kernel's ENOSPC from a tmpfs mounted over the venv's state folder, filled at the first
+    progress message. (The journal's temporary file has a unique name, so no fixed name can be
+    linked to /dev/full.)"""
     from sagedoctor.install.lock import venv_state_dir
+    from sagedoctor.install.preflight import VENV_NEEDS_BYTES
 
     journal = venv_state_dir(venv.python.parent.parent, folder / "state")
     journal.mkdir(parents=True)
-    (journal / "journal.tmp").symlink_to("/dev/full")
-    expect("SD922", lambda: venv.executor(folder, good_wheel(venv, folder)).run("0.1.0"))
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={VENV_NEEDS_BYTES * 2},"
+                              "mode=0700", "tmpfs", str(journal)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        raise Unavailable(f"cannot mount a tmpfs: {mounted.stderr.strip()[:60]}")
+    filled: list[bool] = []
+
+    def fill_once(_message: str) -> None:
+        if not filled:
+            filled.append(True)
+            _fill(journal)
+
+    try:
+        expect("SD922", lambda: venv.executor(folder, good_wheel(venv, folder),
+                                              progress=fill_once).run("0.1.0"))
+    finally:
+        (journal / "filler").unlink(missing_ok=True)
+        subprocess.run(["umount", "-l", str(journal)], capture_output=True)
 
 
 def hostile_file_name(venv: Venv, folder: Path) -> None:
