@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -202,6 +203,39 @@ def test_stored_decisions_route_per_shape_without_timing(tmp_path: Any) -> None:
     assert (stats["routed"], stats["sdpa"]) == ({"good": 1}, {"slower": 1})
     assert stats["measured"]["shapes"] == 0  # both shapes were decided by the stored data
     assert calls.n == 2  # one first-call check, one routed call: nothing was timed
+
+
+def test_a_signature_seen_before_is_decided_again_where_call_state_or_settings_differ() -> None:
+    """The router keeps per call signature what the tensors' shapes decide; what changes with
+    the same shapes (gradients, the shortest length, the kernels registered, the stored
+    decision per shape) is still honoured on every call."""
+    from sagedoctor.runtime.decisions import Calibration, Decision, shape_key
+
+    calls = Calls()
+    stored = Calibration()
+    stored.put("cpu", shape_key("bfloat16", 64, 2, 512, 512, False),
+               Decision(False, "good", 0.8, 0.7, 0.9, 10, "verify"))
+    router = router_with(spec("good", math_attention, calls), calibrated=False,
+                         calibration=stored)
+    stored.put("cpu", shape_key("bfloat16", 64, 2, 256, 256, False),
+               Decision(True, "good", 1.2, 1.1, 1.3, 10, "verify"))
+    q, k, v = qkv(s=256)
+    with sage_scope(router):
+        F.scaled_dot_product_attention(q, k, v)  # eligible: routed
+        F.scaled_dot_product_attention(q.detach().clone().requires_grad_(), k, v)  # grad
+        with torch.no_grad():  # the same signature, no gradients now: routed again
+            F.scaled_dot_product_attention(q.detach().clone().requires_grad_(), k, v)
+        F.scaled_dot_product_attention(*qkv(s=512))  # another shape, stored as slower
+        router.min_seq_len = 300
+        F.scaled_dot_product_attention(q, k, v)  # now too short
+        router.min_seq_len = 128
+        router.registry = KernelRegistry()  # now the only kernel serves head size 128 alone
+        router.registry.register(replace(spec("wide", math_attention), head_dims=frozenset({128})))
+        router.refresh_registry()
+        F.scaled_dot_product_attention(q, k, v)
+    stats = router.stats()
+    assert stats["routed"] == {"good": 2}
+    assert stats["sdpa"] == {"grad": 1, "slower": 1, "short": 1, "head_dim": 1}
 
 
 def test_scopes_nest_and_restore_the_original_even_on_error() -> None:

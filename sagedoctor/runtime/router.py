@@ -28,7 +28,7 @@ from .decisions import (
     merge_into_file,
     shape_key,
 )
-from .eligibility import REASONS, ineligible_reason
+from .eligibility import REASONS, ineligible_reason, shape_reasons
 from .hook import runtime_switched_off
 from .measure import LIVE, MeasureSettings, SpeedResult, Timer, measure_pair, timer_for
 from .registry import KernelRegistry, KernelSpec, default_registry
@@ -41,6 +41,11 @@ CHECK_HEADS = 4  # the first-call check runs on batch 1 and at most this many he
 MAX_LIVE_MEASUREMENTS = 64  # new shapes timed per process; a diffusion run has a handful
 
 Key = tuple[str, str, int]  # (device, dtype, head_dim)
+# What a call's signature (tensor types, devices, dtypes, shapes, causal flag, shortest length)
+# decides once: the shape reasons before and after the torch state, and for an eligible call
+# its key and its (device, shape key) for the decisions. Built per call, it cost ~10 us.
+Classified = tuple[str | None, str | None, tuple[Key, tuple[str, str]] | None]
+MAX_SIGNATURES = 4096  # distinct call signatures kept; more (a shape per call) start afresh
 
 
 def _now() -> str:
@@ -95,6 +100,7 @@ class Router:
         self._global = False
         self._keys: dict[Key, KernelSpec | None] = {}  # the verified kernel, None: SDPA
         self._shapes: dict[tuple[str, str], bool] = {}  # (device, shape key) -> route
+        self._signatures: dict[tuple[Any, ...], Classified] = {}
         self._arch: dict[str, tuple[int, int] | None] = {}
         self._gpu: dict[str, tuple[str, str]] = {}  # device -> (GPU identity, name)
         self._measured = 0
@@ -129,6 +135,7 @@ class Router:
                                  if d in ("float16", "bfloat16"))
         self._head_dims = frozenset(d for s in specs for d in s.head_dims)
         self._cuda_only = self._device_types <= {"cuda"}
+        self._signatures.clear()  # (cleared in place: the patched function holds the dict)
 
     def _install(self) -> None:
         import torch.nn.functional as F
@@ -205,6 +212,7 @@ class Router:
         call that stays on SDPA every attribute lookup shows (about 1 us saved per call)."""
         router = self
         local = self._local
+        signatures = self._signatures
 
         def scaled_dot_product_attention(
                 query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
@@ -216,17 +224,36 @@ class Router:
             # else the global setting.
             state = local.__dict__
             if state.get("depth", router._global):
+                names = None
                 if kwargs or enable_gqa:
                     reason: str | None = "gqa" if enable_gqa else "unknown_args"
                 elif router._cuda_only and not query.is_cuda:
                     reason = "device"  # the common case off the GPU, without a call
-                else:
+                elif attn_mask is not None or dropout_p or _compiling():
+                    # (while tracing, shapes may be symbolic: no signature of them is kept)
                     reason = ineligible_reason(
                         query, key, value, attn_mask, dropout_p, is_causal,
                         router._device_types, router._dtypes, router._head_dims,
                         router.min_seq_len, _grad_enabled, _compiling)
+                else:
+                    signature = (type(query), type(key), type(value), query.device,
+                                 key.device, value.device, query.dtype, key.dtype, value.dtype,
+                                 query.shape, key.shape, value.shape, is_causal,
+                                 router.min_seq_len)
+                    known = signatures.get(signature)
+                    if known is None:
+                        known = router._classify(query, key, value, is_causal)
+                        if len(signatures) >= MAX_SIGNATURES:
+                            signatures.clear()
+                        signatures[signature] = known
+                    before, after, names = known
+                    # the state per call (not compiling: asked above)
+                    grad = (query.requires_grad or key.requires_grad or value.requires_grad) \
+                        and _grad_enabled()
+                    reason = before or ("grad" if grad else None) or after
                 if reason is None:
-                    reason, out = router._route(query, key, value, is_causal, scale)
+                    assert names is not None  # an eligible call's signature has them
+                    reason, out = router._route(query, key, value, is_causal, scale, names)
                     if reason is None:
                         return out
                 counts = state.get("sdpa")
@@ -257,21 +284,33 @@ class Router:
                 total.update(dict(counts))
         return total
 
-    def _route(self, q: Any, k: Any, v: Any, is_causal: bool,
-               scale: float | None) -> tuple[str | None, Any]:
+    def _classify(self, q: Any, k: Any, v: Any, is_causal: bool) -> Classified:
+        """What the call's signature alone decides (see Classified)."""
+        before, after = shape_reasons(q, k, v, is_causal, self._device_types, self._dtypes,
+                                      self._head_dims, self.min_seq_len)
+        if before is not None or after is not None:
+            return before, after, None
         device = str(q.device)
+        batch, heads, q_len, head_dim = (int(x) for x in q.shape)
+        key: Key = (device, _dtype_name(q.dtype), head_dim)
+        where = (device, shape_key(key[1], head_dim, batch * heads, q_len, int(k.shape[2]),
+                                   is_causal))
+        return None, None, (key, where)
+
+    def _route(self, q: Any, k: Any, v: Any, is_causal: bool, scale: float | None,
+               names: tuple[Key, tuple[str, str]]) -> tuple[str | None, Any]:
+        key, where = names
         if self._oom_blocked:
             return "oom", None
-        if device in self._retired:
+        if key[0] in self._retired:
             return "retired", None
-        key: Key = (device, _dtype_name(q.dtype), int(q.shape[-1]))
         if key in self._keys:
             spec = self._keys[key]
         else:
             spec = self._first_call_check(key, q, k, v, is_causal, scale)
         if spec is None:
             return "unverified", None
-        slower = self._kernel_wins(key, spec, q, k, v, is_causal, scale)
+        slower = self._kernel_wins(key, where, spec, q, k, v, is_causal, scale)
         if slower is not None:
             return slower, None
         return self._run(spec, key, q, k, v, is_causal, scale)
@@ -366,22 +405,21 @@ class Router:
 
     # --- speed ---------------------------------------------------------------------------
 
-    def _kernel_wins(self, key: Key, spec: KernelSpec, q: Any, k: Any, v: Any,
-                     is_causal: bool, scale: float | None) -> str | None:
-        """None if the kernel serves this shape, else the reason SDPA keeps it."""
+    def _kernel_wins(self, key: Key, where: tuple[str, str], spec: KernelSpec, q: Any, k: Any,
+                     v: Any, is_causal: bool, scale: float | None) -> str | None:
+        """None if the kernel serves this shape (`where`: device, shape key), else the reason
+        SDPA keeps it."""
         if not self.speed_check:
             return None
-        batch, heads, q_len = (int(x) for x in q.shape[:3])
-        shape = shape_key(key[1], key[2], batch * heads, q_len, int(k.shape[2]), is_causal)
-        known = self._shapes.get((key[0], shape))
+        known = self._shapes.get(where)
         if known is None:
             with self._lock:
-                known = self._shapes.get((key[0], shape))
+                known = self._shapes.get(where)
                 if known is None:
-                    known = self._decide_shape(key, shape, spec, q, k, v, is_causal, scale)
+                    known = self._decide_shape(key, where[1], spec, q, k, v, is_causal, scale)
                     if known is None:
                         return "unmeasured"
-                    self._shapes[(key[0], shape)] = known
+                    self._shapes[where] = known
         return None if known else "slower"
 
     def _decide_shape(self, key: Key, shape: str, spec: KernelSpec, q: Any, k: Any, v: Any,
