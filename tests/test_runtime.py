@@ -238,6 +238,75 @@ def test_a_signature_seen_before_is_decided_again_where_call_state_or_settings_d
     assert stats["sdpa"] == {"grad": 1, "slower": 1, "short": 1, "head_dim": 1}
 
 
+class _ListShaped(torch.Tensor):
+    """A subclass whose .shape is a list (unhashable), as some wrapper subclasses do."""
+
+    @property
+    def shape(self) -> Any:  # type: ignore[override]
+        return list(super().shape)
+
+
+def _nested(dtype: Any) -> Any:
+    g = torch.Generator().manual_seed(3)
+    return torch.nested.nested_tensor(
+        [torch.randn(2, 8, 64, generator=g), torch.randn(2, 12, 64, generator=g)], dtype=dtype)
+
+
+def _traced(dtype: Any, mode: str) -> Callable[[], Any]:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def attend(q: Any, k: Any, v: Any) -> Any:
+        return F.scaled_dot_product_attention(q, k, v)
+
+    def trace() -> Any:
+        return make_fx(attend, tracing_mode=mode)(*(t.to(dtype) for t in qkv()))
+    return trace
+
+
+def _fake_mode_call(dtype: Any) -> Any:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    fakes = [mode.from_tensor(t.to(dtype)) for t in qkv()]
+    with mode:
+        return F.scaled_dot_product_attention(*fakes)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize(("make_call", "reason"), [
+    (lambda: F.scaled_dot_product_attention(*(t.as_subclass(_ListShaped) for t in qkv())),
+     "subclass"),
+    (lambda: F.scaled_dot_product_attention(*(_nested(torch.float32),) * 3), "dtype"),
+    (lambda: F.scaled_dot_product_attention(*(_nested(BF16),) * 3), "shape"),
+    (_traced(torch.float32, "symbolic"), "dtype"),
+    (_traced(BF16, "symbolic"), "subclass"),
+    (lambda: _fake_mode_call(BF16), "subclass"),
+], ids=["list-shape subclass", "nested fp32", "nested bf16", "make_fx symbolic fp32",
+        "make_fx symbolic bf16", "FakeTensorMode with a ShapeEnv"])
+def test_calls_whose_shapes_cannot_be_kept_stay_on_sdpa_without_raising(
+        make_call: Callable[[], Any], reason: str) -> None:
+    """Tensors whose shapes are not plain sizes (unhashable, symbolic, nested) cannot key the
+    per-signature memo; the call must behave exactly as plain SDPA does, counted, not raise."""
+    calls = Calls()
+    router = router_with(spec("good", math_attention, calls))
+    plain = make_call()
+    with sage_scope(router):
+        first, second = make_call(), make_call()
+    assert calls.n == 0
+    assert router.stats()["sdpa"] == {reason: 2}
+    for out in (first, second):
+        if isinstance(plain, torch.fx.GraphModule):
+            assert out.code == plain.code
+        elif plain.is_nested:
+            assert all(torch.equal(a, b) for a, b in zip(out.unbind(), plain.unbind(),
+                                                         strict=True))
+        elif type(plain).__name__ == "FakeTensor":
+            assert out.shape == plain.shape and out.dtype == plain.dtype
+        else:
+            assert torch.equal(out, plain)
+
+
 def test_scopes_nest_and_restore_the_original_even_on_error() -> None:
     original = F.scaled_dot_product_attention
     router = router_with(spec("good", math_attention))

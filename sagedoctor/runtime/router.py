@@ -236,16 +236,24 @@ class Router:
                         router._device_types, router._dtypes, router._head_dims,
                         router.min_seq_len, _grad_enabled, _compiling)
                 else:
-                    signature = (type(query), type(key), type(value), query.device,
-                                 key.device, value.device, query.dtype, key.dtype, value.dtype,
-                                 query.shape, key.shape, value.shape, is_causal,
-                                 router.min_seq_len)
-                    known = signatures.get(signature)
-                    if known is None:
-                        known = router._classify(query, key, value, is_causal)
-                        if len(signatures) >= MAX_SIGNATURES:
-                            signatures.clear()
-                        signatures[signature] = known
+                    min_seq_len = router.min_seq_len
+                    try:
+                        signature = (type(query), type(key), type(value), query.device,
+                                     key.device, value.device, query.dtype, key.dtype,
+                                     value.dtype, query.shape, key.shape, value.shape,
+                                     is_causal, min_seq_len)
+                        known = signatures.get(signature)  # hashes the shapes
+                    except Exception:
+                        # shapes that are not plain sizes (symbolic, nested, a subclass's
+                        # own): decided each call, never kept, never raising where SDPA would not
+                        known = router._classify_unkeyed(query, key, value, is_causal,
+                                                         min_seq_len)
+                    else:
+                        if known is None:
+                            known = router._classify(query, key, value, is_causal, min_seq_len)
+                            if len(signatures) >= MAX_SIGNATURES:
+                                signatures.clear()
+                            signatures[signature] = known
                     before, after, names = known
                     # the state per call (not compiling: asked above)
                     grad = (query.requires_grad or key.requires_grad or value.requires_grad) \
@@ -284,10 +292,12 @@ class Router:
                 total.update(dict(counts))
         return total
 
-    def _classify(self, q: Any, k: Any, v: Any, is_causal: bool) -> Classified:
-        """What the call's signature alone decides (see Classified)."""
+    def _classify(self, q: Any, k: Any, v: Any, is_causal: bool,
+                  min_seq_len: int) -> Classified:
+        """What the call's signature alone decides (see Classified); min_seq_len is the value
+        the signature was built with (another thread may change the setting meanwhile)."""
         before, after = shape_reasons(q, k, v, is_causal, self._device_types, self._dtypes,
-                                      self._head_dims, self.min_seq_len)
+                                      self._head_dims, min_seq_len)
         if before is not None or after is not None:
             return before, after, None
         device = str(q.device)
@@ -296,6 +306,15 @@ class Router:
         where = (device, shape_key(key[1], head_dim, batch * heads, q_len, int(k.shape[2]),
                                    is_causal))
         return None, None, (key, where)
+
+    def _classify_unkeyed(self, q: Any, k: Any, v: Any, is_causal: bool,
+                          min_seq_len: int) -> Classified:
+        """_classify for tensors whose signature cannot be kept; where even that fails on
+        their shapes, the call stays on SDPA (counted as a subclass, or else a shape)."""
+        try:
+            return self._classify(q, k, v, is_causal, min_seq_len)
+        except Exception:
+            return ("subclass" if type(q).__name__ != "Tensor" else "shape"), None, None
 
     def _route(self, q: Any, k: Any, v: Any, is_causal: bool, scale: float | None,
                names: tuple[Key, tuple[str, str]]) -> tuple[str | None, Any]:
