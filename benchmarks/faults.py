@@ -286,10 +286,10 @@ def sitecustomize_noise(venv: Venv, folder: Path) -> None:
 def _fill(folder: Path) -> None:
     """Use up the free space of the file system ``folder`` is on."""
     with open(folder / "filler", "ab", buffering=0) as filler:  # unbuffered: close can't fail
-        free = shutil.disk_usage(folder).free
-        if free > 4096:
-            os.posix_fallocate(filler.fileno(), 0, free - 4096)
         try:
+            free = shutil.disk_usage(folder).free
+            if free > 4096:
+                os.posix_fallocate(filler.fileno(), 0, free - 4096)
             while True:
                 filler.write(b"\0" * 512)
         except OSError:
@@ -297,32 +297,50 @@ def _fill(folder: Path) -> None:
 
 
 def state_disk_full(venv: Venv, folder: Path) -> None:
-    """The state folder's disk fills up while the install runs (after its preflight saw room):
-    the kernel's ENOSPC from a tmpfs mounted over the venv's state folder, filled at the first
-    progress message. (The journal's temporary file has a unique name, so no fixed name can be
-    linked to /dev/full.)"""
+    """The state folder's disk fills up while the install runs (after its preflight saw room
+    and its journal began): the kernel's ENOSPC from a tmpfs mounted over the venv's state
+    folder, filled at the first step's progress message, so the journal's next write (the
+    backups and the "changing" phase) is the one that fails. (The journal's temporary file has
+    a unique name, so no fixed name can be linked to /dev/full.)"""
     from sagedoctor.install.lock import venv_state_dir
     from sagedoctor.install.preflight import VENV_NEEDS_BYTES
 
     journal = venv_state_dir(venv.python.parent.parent, folder / "state")
     journal.mkdir(parents=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={VENV_NEEDS_BYTES * 2},"
-                              "mode=0700", "tmpfs", str(journal)], capture_output=True, text=True)
+    try:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={VENV_NEEDS_BYTES * 2},"
+                                  "mode=0700", "tmpfs", str(journal)], capture_output=True,
+                                 text=True)
+    except OSError as exc:  # no mount(8) on this machine
+        raise Unavailable(f"cannot run mount: {exc.strerror}") from exc
     if mounted.returncode != 0:
         raise Unavailable(f"cannot mount a tmpfs: {mounted.stderr.strip()[:60]}")
-    filled: list[bool] = []
+    filled: list[str] = []
 
-    def fill_once(_message: str) -> None:
-        if not filled:
-            filled.append(True)
+    def fill_once(message: str) -> None:
+        # "[1/N] preparing: ..." comes after the lock and journal.begin wrote their files
+        if not filled and message.startswith("["):
+            filled.append(message)
             _fill(journal)
 
+    def install() -> None:
+        try:
+            venv.executor(folder, good_wheel(venv, folder), progress=fill_once).run("0.1.0")
+        except SagedoctorError as exc:
+            if not filled:
+                raise WrongOutcome(f"{exc.code} before the disk was filled: "
+                                   f"{exc.message[:60]}") from exc
+            raise
+
     try:
-        expect("SD922", lambda: venv.executor(folder, good_wheel(venv, folder),
-                                              progress=fill_once).run("0.1.0"))
+        expect("SD922", install)
     finally:
         (journal / "filler").unlink(missing_ok=True)
-        subprocess.run(["umount", "-l", str(journal)], capture_output=True)
+        unmounted = subprocess.run(["umount", "-l", str(journal)], capture_output=True,
+                                   text=True)
+        if unmounted.returncode != 0:
+            print(f"warning: cannot unmount the tmpfs at {journal}: "
+                  f"{unmounted.stderr.strip()[:80]}", file=sys.stderr)
 
 
 def hostile_file_name(venv: Venv, folder: Path) -> None:
@@ -525,7 +543,7 @@ def inject(venv: Venv, step: str, name: str, fault: Callable[[Venv, Path], None]
     return Result(step, name, outcome, intact, lost, changed, seconds, note)
 
 
-def run_faults(root: Path) -> list[Result]:
+def run_faults(root: Path, only: str = "") -> list[Result]:
     os.environ["SAGEDOCTOR_SMOKE_DEVICE"] = "cpu"
     os.environ.setdefault("TMPDIR", str(root))
     with serving() as server:
@@ -538,7 +556,8 @@ def run_faults(root: Path) -> list[Result]:
         checked, problems = record_problems(site)
         assert checked and not problems, problems
         print(f"\nvenv: {site} ({len(tree_hashes(site))} files; {checked} RECORD hashes)")
-        return [inject(venv, step, name, fault) for step, name, fault in FAULTS]
+        return [inject(venv, step, name, fault) for step, name, fault in FAULTS
+                if only in step or only in name]
 
 
 def print_faults(results: list[Result]) -> None:
@@ -560,6 +579,8 @@ def print_faults(results: list[Result]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-fuzz", action="store_true", help="only the install faults")
+    parser.add_argument("--only", metavar="TEXT", default="",
+                        help="only the install faults whose step or name contains TEXT")
     args = parser.parse_args()
     failed = False
     with tempfile.TemporaryDirectory(prefix="faults ü ") as tmp:
@@ -568,7 +589,7 @@ def main() -> int:
             ok, data, seconds = fuzz_figures(root / "tally.json")
             print_fuzz(data, ok, seconds)
             failed |= not ok or not data
-        results = run_faults(root)
+        results = run_faults(root, args.only)
         print_faults(results)
     bad = [r for r in results if r.outcome != "not injectable"
            and (not r.intact or r.lost or not r.outcome.startswith(
