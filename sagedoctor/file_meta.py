@@ -67,25 +67,31 @@ def _write_all(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
-def write_keeping_meta(path: Path, data: bytes, meta: FileMeta | None) -> None:
+def write_keeping_meta(path: Path, data: bytes, meta: FileMeta | None, *,
+                       in_place_where_foreign: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically (a temporary file beside it, then a rename),
     the new file given ``meta``; None: a new file, with the mode the umask gives.
 
     Where this user cannot give the temporary file that owner or group (a file of another
     user it may write), the file is rewritten in place instead: not atomic, but it keeps its
-    inode, so mode, owner and group cannot change."""
+    inode, so mode, owner and group cannot change (the user's invokeai.yaml). With
+    ``in_place_where_foreign`` off (sagedoctor's own records) it is replaced all the same,
+    keeping the mode: a record must be whole, and one of another owner in a folder this user
+    may write need not be writable in place."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     fd = os.open(tmp, flags, 0o600 if meta is not None else 0o666)
     try:
         try:
             kept = True if meta is None else _give(fd, meta)
-            if kept:
+            replace = kept or not in_place_where_foreign
+            if replace:
                 _write_all(fd, data)
         finally:
             os.close(fd)
-        if kept:
+        if replace:
             os.replace(tmp, path)
+            _sync_folder(path.parent)
             return
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -96,6 +102,19 @@ def write_keeping_meta(path: Path, data: bytes, meta: FileMeta | None) -> None:
         _write_all(in_place, data)
     finally:
         os.close(in_place)
+
+
+def _sync_folder(folder: Path) -> None:
+    """The rename itself made durable (POSIX; Windows cannot open a folder, and NTFS journals
+    its renames)."""
+    if os.name != "posix":
+        return
+    with contextlib.suppress(OSError):  # some file systems refuse fsync on a folder
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def restore_meta(path: Path, meta: FileMeta) -> None:
@@ -113,4 +132,4 @@ def write_atomic(path: Path, data: bytes) -> None:
     before. A uniquely named temporary file in the same folder (two writers never share one),
     fsynced, then renamed over; an existing file keeps its mode, owner and group."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_keeping_meta(path, data, meta_of(path))
+    write_keeping_meta(path, data, meta_of(path), in_place_where_foreign=False)

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -238,11 +238,11 @@ def test_a_signature_seen_before_is_decided_again_where_call_state_or_settings_d
     assert stats["sdpa"] == {"grad": 1, "slower": 1, "short": 1, "head_dim": 1}
 
 
-class _ListShaped(torch.Tensor):
+class _ListShaped(torch.Tensor):  # type: ignore[misc,name-defined]
     """A subclass whose .shape is a list (unhashable), as some wrapper subclasses do."""
 
     @property
-    def shape(self) -> Any:  # type: ignore[override]
+    def shape(self) -> Any:
         return list(super().shape)
 
 
@@ -252,7 +252,7 @@ def _nested(dtype: Any) -> Any:
         [torch.randn(2, 8, 64, generator=g), torch.randn(2, 12, 64, generator=g)], dtype=dtype)
 
 
-def _traced(dtype: Any, mode: str) -> Callable[[], Any]:
+def _traced(dtype: Any, mode: Literal["fake", "symbolic"]) -> Callable[[], Any]:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     def attend(q: Any, k: Any, v: Any) -> Any:
