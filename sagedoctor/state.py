@@ -324,15 +324,23 @@ def arming_problem(prefix: Path, record: VerifyRecord) -> str | None:
 
 
 def changes_since(prefix: Path, fingerprint: dict[str, Any]) -> tuple[str, ...]:
-    """What changed in the venv since a verify's fingerprint: 'python 3.12.3 -> 3.12.4' and
-    the names of the distributions whose files were rewritten (their dist-info's RECORD, by
-    stat, as the hook compares them)."""
-    from .runtime.hook import dist_stats, stat_differences
+    """What changed in the venv since a verify's fingerprint: 'python 3.12 -> 3.13', the
+    interpreter binary rewritten (a base-Python upgrade), and the names of the distributions
+    whose files were rewritten (their dist-info's RECORD, by stat, as the hook compares
+    them)."""
+    from .runtime.hook import dist_stats, interpreter_changed, stat_differences
 
     out: list[str] = []
+    verified = fingerprint.get("python")
+    # pyvenv.cfg keeps the version the venv was made with: a patch upgrade of the base Python
+    # leaves it as it was, so only its X.Y says something (the binary's stat says the rest).
     python = venv_python_version(prefix)
-    if python is not None and python != fingerprint.get("python"):  # None: cannot tell
-        out.append(f"python {fingerprint.get('python')} -> {python or 'unknown'}")
+    if python is not None and isinstance(verified, str) \
+            and python.split(".")[:2] != verified.split(".")[:2]:  # None: cannot tell
+        out.append(f"python {verified} -> {python}")
+    elif interpreter_changed(fingerprint.get("interpreter")):
+        out.append(f"python {verified}: {fingerprint['interpreter'][0]} was replaced since "
+                   "(an upgrade of the base Python)")
     saved, sites = fingerprint.get("stat"), fingerprint.get("sites")
     if not (isinstance(sites, list) and sites and all(isinstance(d, str) for d in sites)):
         sites = venv_site_dirs(prefix)  # a record from before "sites": the venv's own

@@ -142,6 +142,25 @@ def test_a_venv_changed_since_verify_keeps_sdpa_and_names_the_command_to_run(
     assert f"`sagedoctor post-update --venv {python.parent.parent}`" in lines[0]
 
 
+
+def test_a_replaced_interpreter_keeps_sdpa_like_a_new_python_version(
+        venv: tuple[Path, dict[str, str]]) -> None:
+    """The verify records the interpreter binary's stat; a base-Python upgrade rewrites the
+    binary (pyvenv.cfg keeps the old version): the hook stays off and says so, as check does."""
+    python, env = venv
+    fingerprint = live_fingerprint(python, env)
+    path, size, mtime = fingerprint["interpreter"]
+    assert Path(path).is_file() and size > 0
+    write_verified(python, fingerprint, env)
+    assert run_cli(["enable", "--python", str(python)], env).returncode == 0
+    info, stderr = run_app(python, env)
+    assert info["armed"] and not ours(stderr)
+    rewrite_arming_copy(python, {**fingerprint, "interpreter": [path, size, mtime - 1]})
+    info, stderr = run_app(python, env)
+    lines = ours(stderr)
+    assert not info["armed"] and len(lines) == 1, stderr
+    assert lines[0].startswith("sagedoctor: python changed since the last verify")
+
 def test_a_record_without_stat_data_compares_versions(
         venv: tuple[Path, dict[str, str]]) -> None:
     python, env = venv

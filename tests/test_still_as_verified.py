@@ -153,3 +153,45 @@ def test_two_writers_of_one_record_never_collide(tmp_path: Path) -> None:
     assert errors == []
     assert path.read_bytes() in payloads
     assert [p.name for p in path.parent.iterdir()] == ["installed.json"]
+
+
+def test_a_base_python_patch_upgrade_is_seen_by_the_interpreter_not_pyvenv_cfg(
+        tmp_path: Path, state_home: Path) -> None:
+    """pyvenv.cfg keeps the version the venv was made with: after the base Python's patch
+    upgrade the verify (run by the new interpreter) records 3.11.9 while pyvenv.cfg still
+    says 3.11.7. That must not refuse forever; the interpreter binary's stat, recorded by the
+    target, is what says whether the base Python changed since."""
+    from sagedoctor.runtime.hook import interpreter_stat
+
+    prefix = tmp_path / "app venv é"
+    site = make_venv(prefix)
+    add_torch(site, TORCH_PY, "2.11.0")
+    cfg = prefix / "pyvenv.cfg"
+    made_with = venv_python_version(prefix)
+    assert made_with is not None
+    major_minor = ".".join(made_with.split(".")[:2])
+    cfg.write_text(cfg.read_text(encoding="utf-8").replace(made_with, f"{major_minor}.7"),
+                   encoding="utf-8")
+    base = tmp_path / "base python ü" / "python3"
+    base.parent.mkdir()
+    base.write_bytes(b"\x7fELF the interpreter")
+    fingerprint = {**fingerprint_of(prefix), "python": f"{major_minor}.9",
+                   "interpreter": interpreter_stat(str(base))}
+    save_record(prefix, VerifyRecord("routing", WHEN, fingerprint))
+    assert still_as_verified(prefix) == (True, ())  # was: python 3.11.9 -> 3.11.7, forever
+
+    base.write_bytes(b"\x7fELF the interpreter, upgraded")  # the next patch release
+    same, why = still_as_verified(prefix)
+    assert not same and why == (f"python {major_minor}.9: {base} was replaced since (an "
+                                "upgrade of the base Python)",)
+    base.unlink()  # an interpreter that is gone is no longer the one verified
+    assert not still_as_verified(prefix)[0]
+
+    # a venv made anew with another X.Y at the same path: pyvenv.cfg says so
+    base.write_bytes(b"\x7fELF the interpreter")
+    save_record(prefix, VerifyRecord("routing", WHEN, {
+        **fingerprint, "interpreter": interpreter_stat(str(base))}))
+    assert still_as_verified(prefix) == (True, ())
+    cfg.write_text(cfg.read_text(encoding="utf-8").replace(f"{major_minor}.7", "3.99.1"),
+                   encoding="utf-8")
+    assert still_as_verified(prefix) == (False, (f"python {major_minor}.9 -> 3.99.1",))

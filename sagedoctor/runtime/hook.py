@@ -66,6 +66,32 @@ def dist_stats(dirs: "Sequence[str]") -> "dict[str, list[Any] | None]":
     return out
 
 
+def interpreter_stat(path: "str | None" = None) -> "list[Any] | None":
+    """[path, size, mtime_ns] of the interpreter binary (the base one a venv runs on, links
+    resolved), or None where it cannot be read. A base-Python upgrade rewrites it, while the
+    venv's pyvenv.cfg keeps the version it was made with, so this, not pyvenv.cfg, is what the
+    tool compares without starting the interpreter; the hook compares the same."""
+    if path is None:
+        base = getattr(sys, "_base_executable", None) or sys.executable
+        if not base:
+            return None
+        path = os.path.realpath(base)
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return [path, found.st_size, found.st_mtime_ns]
+
+
+def interpreter_changed(recorded: object) -> bool:
+    """Whether a fingerprint's "interpreter" stat no longer matches the file it names (a
+    record without one, from an older sagedoctor: not by this test)."""
+    if not (isinstance(recorded, list) and len(recorded) == 3
+            and isinstance(recorded[0], str)):
+        return False
+    return interpreter_stat(recorded[0]) != recorded
+
+
 def live_fingerprint() -> "dict[str, Any]":
     from importlib import metadata
 
@@ -79,7 +105,7 @@ def live_fingerprint() -> "dict[str, Any]":
     # without starting this interpreter (a venv may import from a folder outside it).
     sites = site_dirs()
     return {"python": ".".join(str(p) for p in sys.version_info[:3]), "dists": dists,
-            "stat": dist_stats(sites), "sites": sites}
+            "stat": dist_stats(sites), "sites": sites, "interpreter": interpreter_stat()}
 
 
 def stat_differences(saved: "Mapping[str, Any]", live: "Mapping[str, Any]") -> "list[str]":
@@ -137,7 +163,8 @@ def should_arm(prefix: "str | None" = None) -> bool:
     recorded = fingerprint.get("stat")
     if isinstance(recorded, dict):
         live_python = ".".join(str(p) for p in sys.version_info[:3])
-        changed = [] if fingerprint.get("python") == live_python else ["python"]
+        changed = [] if fingerprint.get("python") == live_python and not \
+            interpreter_changed(fingerprint.get("interpreter")) else ["python"]
         changed += stat_differences(recorded, dist_stats(site_dirs()))
     else:  # a record from before the stat data: compare versions
         changed = fingerprint_differences(fingerprint, live_fingerprint())
