@@ -3,7 +3,9 @@ registry (the extension point), never by patching the router."""
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -273,7 +275,21 @@ def _fake_mode_call(dtype: Any) -> Any:
         return F.scaled_dot_product_attention(*fakes)
 
 
+@pytest.fixture
+def torch_tracing_without_a_bare_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's tracing (make_fx, FakeTensorMode) imports triton if it can and reads
+    triton.language; scripts/gpu-host-like.sh installs a bare stand-in triton (the device has
+    the real one), so hide a triton without `language` from torch for these calls."""
+    try:
+        triton = importlib.import_module("triton")
+    except ImportError:
+        return
+    if not hasattr(triton, "language"):
+        monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` now raises
+
+
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.usefixtures("torch_tracing_without_a_bare_triton")
 @pytest.mark.parametrize(("make_call", "reason"), [
     (lambda: F.scaled_dot_product_attention(*(t.as_subclass(_ListShaped) for t in qkv())),
      "subclass"),
