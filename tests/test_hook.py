@@ -142,7 +142,6 @@ def test_a_venv_changed_since_verify_keeps_sdpa_and_names_the_command_to_run(
     assert f"`sagedoctor post-update --venv {python.parent.parent}`" in lines[0]
 
 
-
 def test_a_replaced_interpreter_keeps_sdpa_like_a_new_python_version(
         venv: tuple[Path, dict[str, str]]) -> None:
     """The verify records the interpreter binary's stat; a base-Python upgrade rewrites the
@@ -160,6 +159,7 @@ def test_a_replaced_interpreter_keeps_sdpa_like_a_new_python_version(
     lines = ours(stderr)
     assert not info["armed"] and len(lines) == 1, stderr
     assert lines[0].startswith("sagedoctor: python changed since the last verify")
+
 
 def test_a_record_without_stat_data_compares_versions(
         venv: tuple[Path, dict[str, str]]) -> None:
