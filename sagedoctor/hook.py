@@ -70,7 +70,7 @@ def hook_on(target: TargetFacts) -> bool:
 
 def target_arg(target: TargetFacts, comfyui: ComfyUIFacts | None = None) -> str:
     """How a fix names this target: --comfyui, --venv or --python, quoted for its shell."""
-    from .diagnose import quote
+    from .decide.checks import quote
     from .probe.target import current_os
 
     os_name = current_os()

@@ -18,7 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from . import compat
+from .decide import versions as compat
 from .errors import SagedoctorError
 
 if sys.version_info >= (3, 11):

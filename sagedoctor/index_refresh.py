@@ -19,7 +19,7 @@ from urllib.parse import quote, urlsplit
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import compat
+from .decide import versions as compat
 from .errors import SagedoctorError
 from .file_meta import write_atomic
 from .index import (

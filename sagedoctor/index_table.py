@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import rules
+from .decide import matrix as rules
 from .index import WheelIndex, shipped_index, spec_text
 
 BEGIN = "<!-- generated from wheels_index.toml: begin -->"

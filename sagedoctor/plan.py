@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .findings import Finding
+from .decide.findings import Finding
 
 # Every action a Step may name: an install plan's in the order it lists them, then those only
 # an uninstall plan has (hook, invokeai.yaml, the replaced version back, records last).

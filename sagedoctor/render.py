@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from .areas import AREAS
-from .diagnose import exit_code
+from .decide.areas import AREAS
+from .decide.checks import exit_code
+from .decide.findings import SUMMARY_CODES, Finding
 from .facts import FACTS_SCHEMA_VERSION, Facts, facts_to_dict
-from .findings import SUMMARY_CODES, Finding
 from .terminal_text import one_line, safe_json
 
 REPORT_SCHEMA_VERSION = 1

@@ -19,8 +19,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_wheel_filename
 
 from sagedoctor import __version__
-from sagedoctor.assess import Assessment, assess
-from sagedoctor.diagnose import exit_code, has_pip, quote
+from sagedoctor.decide.assess import Assessment, assess
+from sagedoctor.decide.checks import exit_code, has_pip, quote
+from sagedoctor.decide.findings import Finding
 from sagedoctor.facts import (
     Facts,
     Gpu,
@@ -31,7 +32,6 @@ from sagedoctor.facts import (
     VerificationFacts,
     load_facts_file,
 )
-from sagedoctor.findings import Finding
 from sagedoctor.index import WheelIndex, shipped_index
 from sagedoctor.plan import Blocked, Plan
 from sagedoctor.render_plan import plan_exit_code

@@ -25,7 +25,7 @@ from sagedoctor.comfyui import (
     sageattn_table,
     with_sage_flag,
 )
-from sagedoctor.diagnose import diagnose
+from sagedoctor.decide.checks import diagnose
 from sagedoctor.facts import (
     Facts,
     VerificationFacts,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sagedoctor import compat
-from sagedoctor.diagnose import quote
+from sagedoctor.decide import versions as compat
+from sagedoctor.decide.checks import quote
 from sagedoctor.probe.gpu import (
     GpuProbeError,
     compute_capability_from_name,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sagedoctor.findings import CATALOG
+from sagedoctor.decide.findings import CATALOG
 
 DOCS = Path(__file__).parents[1] / "docs"
 README = Path(__file__).parents[1] / "README.md"

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from sagedoctor import compat, rules
-from sagedoctor.diagnose import diagnose
+from sagedoctor.decide import matrix as rules
+from sagedoctor.decide import versions as compat
+from sagedoctor.decide.checks import diagnose
+from sagedoctor.decide.resolve import resolve_plan
 from sagedoctor.facts import load_facts_file
 from sagedoctor.index import shipped_index
 from sagedoctor.plan import Blocked
 from sagedoctor.probe.target import probe_target
-from sagedoctor.resolve import resolve_plan
 from tests.standins import add_dist, make_venv, venv_python
 
 PROFILES = Path(__file__).parent / "profiles"

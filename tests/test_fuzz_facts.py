@@ -12,13 +12,13 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sagedoctor.diagnose import diagnose, exit_code
+from sagedoctor.decide.checks import diagnose, exit_code
+from sagedoctor.decide.resolve import resolve_plan
 from sagedoctor.errors import FactsFileError
 from sagedoctor.facts import facts_from_dict, load_facts_file
 from sagedoctor.index import shipped_index
 from sagedoctor.plan import Blocked
 from sagedoctor.render import render_text
-from sagedoctor.resolve import resolve_plan
 from tests.fuzz_support import byte_mutations, fuzz, mutated_json, outcome
 
 PROFILES = Path(__file__).parent / "profiles"

@@ -10,7 +10,7 @@ import json
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sagedoctor import compat
+from sagedoctor.decide import versions as compat
 from sagedoctor.index import TomlTable, shipped_index
 from sagedoctor.index import parse_windows_wheel as parse_index_row
 from sagedoctor.index_refresh import _torch_range

@@ -69,15 +69,16 @@ def inside(module: str, package: str) -> bool:
 
 def test_the_walker_sees_relative_and_function_level_imports() -> None:
     edges = {(e.source, e.target) for e in all_edges()}
-    # cli.py imports its commands inside main(); resolve.py imports .plan at the top
+    # cli.py imports its commands inside main(); decide/resolve imports plan at the top
     assert ("sagedoctor.cli", "sagedoctor.commands.uninstall") in edges
-    assert ("sagedoctor.resolve", "sagedoctor.plan") in edges
+    assert ("sagedoctor.decide.resolve", "sagedoctor.plan") in edges
     assert ("sagedoctor.install.execute", "sagedoctor.plan") in edges
 
 
 def test_install_imports_plan_never_resolve() -> None:
     bad = [str(e) for e in all_edges()
-           if inside(e.source, "sagedoctor.install") and inside(e.target, "sagedoctor.resolve")]
+           if inside(e.source, "sagedoctor.install")
+           and inside(e.target, "sagedoctor.decide.resolve")]
     assert bad == []
 
 

@@ -263,9 +263,9 @@ def test_refresh_reports_what_the_index_does_not_cover_yet(tmp_path: Path, api: 
     written = load_index_file(tmp_path / "config" / "sagedoctor" / "wheels_index.toml")
     assert (3, 9) in written.triton.windows_releases
     assert (3, 10) not in written.triton.windows_releases  # a pre-release is no release
+    from sagedoctor.decide.resolve import resolve_plan
     from sagedoctor.facts import load_facts_file
     from sagedoctor.plan import Plan
-    from sagedoctor.resolve import resolve_plan
 
     facts = load_facts_file(Path(__file__).parent / "profiles" /
                             "windows-torch215-no-triton-windows-yet.json")
@@ -306,8 +306,8 @@ def _linux_machine(gpus: tuple[str, ...], torch: str) -> Any:
 @pytest.mark.parametrize("gpus", [("h200",), ("h100",), ("4090", "h100"), ("a100", "h200")])
 def test_linux_plan_for_sm90_never_holds_a_wheel_built_from_v2_2_0(
         torch: str, gpus: tuple[str, ...]) -> None:
+    from sagedoctor.decide.resolve import ResolveOptions, resolve_plan
     from sagedoctor.plan import Plan
-    from sagedoctor.resolve import ResolveOptions, resolve_plan
 
     index = shipped_index()
     from_rejected = {e.url for e in index.linux_indexes
@@ -321,8 +321,8 @@ def test_linux_plan_for_sm90_never_holds_a_wheel_built_from_v2_2_0(
 
 
 def test_the_same_index_is_still_planned_where_its_wheels_work() -> None:
+    from sagedoctor.decide.resolve import ResolveOptions, resolve_plan
     from sagedoctor.plan import Plan
-    from sagedoctor.resolve import ResolveOptions, resolve_plan
 
     plan = resolve_plan(_linux_machine(("3090",), "2.11.0+cu130"), shipped_index(),
                         ResolveOptions())

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sagedoctor.diagnose import diagnose, exit_code
+from sagedoctor.decide.checks import diagnose, exit_code
+from sagedoctor.decide.findings import CATALOG, PREFLIGHT_CODES, SUMMARY_CODES
 from sagedoctor.facts import load_facts_file
-from sagedoctor.findings import CATALOG, PREFLIGHT_CODES, SUMMARY_CODES
 
 PROFILES = Path(__file__).parent / "profiles"
 
@@ -167,9 +167,9 @@ def test_profile_tags_are_the_ones_packaging_gives_that_interpreter() -> None:
 
 
 def test_a_cp39_abi3_wheel_serves_python_312_on_windows() -> None:
+    from sagedoctor.decide.resolve import resolve_plan
     from sagedoctor.index import shipped_index
     from sagedoctor.plan import Plan
-    from sagedoctor.resolve import resolve_plan
 
     facts = load_facts_file(PROFILES / "windows-triton-mismatch.json")
     plan = resolve_plan(facts, shipped_index())

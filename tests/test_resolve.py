@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.tags import cpython_tags
 
+from sagedoctor.decide.findings import CATALOG
+from sagedoctor.decide.resolve import ResolveOptions, resolve_plan
 from sagedoctor.facts import Facts, facts_from_dict
-from sagedoctor.findings import CATALOG
 from sagedoctor.index import shipped_index, spec_text, wheel_supported_by
 from sagedoctor.plan import Blocked, Plan
-from sagedoctor.resolve import ResolveOptions, resolve_plan
 from tests.profiles.make_profiles import LINUX_H200, WIN_4090, gpu, merge
 
 INDEX = shipped_index()

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+from sagedoctor.decide.resolve import EditedConfig, UninstallFacts, resolve_uninstall
 from sagedoctor.facts import InterruptedInstall, SageFacts, TargetFacts
 from sagedoctor.plan import ACTIONS, Blocked, Plan
-from sagedoctor.resolve import EditedConfig, UninstallFacts, resolve_uninstall
 from sagedoctor.state import InstallRecord
 
 PREFIX = "/venvs/app"

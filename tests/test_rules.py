@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from sagedoctor import rules
-from sagedoctor.diagnose import diagnose
+from sagedoctor.decide import matrix as rules
+from sagedoctor.decide.checks import diagnose
+from sagedoctor.decide.findings import Finding
+from sagedoctor.decide.resolve import resolve_plan
 from sagedoctor.facts import Facts, Gpu, TorchFacts, facts_from_dict, load_facts_file
-from sagedoctor.findings import Finding
 from sagedoctor.index import shipped_index
 from sagedoctor.install.source_build import cxx_std_flag, prepare_tree
 from sagedoctor.plan import Blocked, BuildSettings, Plan
 from sagedoctor.probe.target import probe_target
-from sagedoctor.resolve import resolve_plan
 from tests.profiles.make_profiles import WIN_4090, merge
 from tests.standins import add_torch, make_venv, venv_python
 
@@ -75,7 +75,7 @@ def test_a_gtx_1080_is_sent_to_the_newest_torch_that_still_has_kernels_for_it() 
 
 
 def test_an_index_the_matrix_lacks_is_never_named() -> None:
-    from sagedoctor import compat
+    from sagedoctor.decide import versions as compat
 
     build = compat.torch_build("2.12.0+cu128", "2.12.0+cu128", "12.8", None)
     assert rules.torch_index_url(build, "2.12.0") is None  # 2.12 has no cu128 build
@@ -444,14 +444,14 @@ def test_a_source_build_for_torch_214_patches_its_copy_and_records_it(
 ])
 def test_both_astral_local_version_forms_parse(version: str, cuda_label: str,
                                                torch: tuple[int, int, int]) -> None:
-    from sagedoctor.compat import parse_sage_local
+    from sagedoctor.decide.versions import parse_sage_local
 
     build = parse_sage_local(version)
     assert build is not None and (build.cuda_label, build.torch) == (cuda_label, torch)
 
 
 def test_every_astral_row_makes_a_version_its_own_parser_reads() -> None:
-    from sagedoctor import compat
+    from sagedoctor.decide import versions as compat
 
     for entry in INDEX.linux_indexes:
         version = entry.version_for("2.11.1")

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input, Static
 
-from sagedoctor.diagnose import diagnose
+from sagedoctor.decide.checks import diagnose
+from sagedoctor.decide.resolve import ResolveOptions, resolve_plan
 from sagedoctor.facts import load_facts_file
 from sagedoctor.index import load_index
 from sagedoctor.plan import Plan
-from sagedoctor.resolve import ResolveOptions, resolve_plan
 from sagedoctor.tui.app import SagedoctorApp
 from sagedoctor.tui.model import step_downloads
 from sagedoctor.tui.screens.actions import ActionsScreen

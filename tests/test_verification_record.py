@@ -9,11 +9,11 @@ import dataclasses
 import json
 from pathlib import Path
 
-from sagedoctor.diagnose import diagnose, exit_code
+from sagedoctor.decide.checks import diagnose, exit_code
+from sagedoctor.decide.resolve import resolve_plan
 from sagedoctor.facts import Facts, VerificationFacts, load_facts_file
 from sagedoctor.index import shipped_index
 from sagedoctor.plan import Plan
-from sagedoctor.resolve import resolve_plan
 from sagedoctor.state import record_verification, state_path, venv_python_version
 from sagedoctor.verify import key_results, parse_report, verdict, verify_record
 from tests.standins import add_sageattention, add_torch, clean_env, make_venv, run_cli, venv_python

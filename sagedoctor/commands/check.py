@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from ..areas import AREAS
-from ..diagnose import diagnose, exit_code, findings_for_areas
+from ..decide.areas import AREAS
+from ..decide.checks import diagnose, exit_code, findings_for_areas
 from ..facts import load_facts_file
 from ..probe import ProbeOptions, collect_facts
 from ..render import can_encode_marks, render_json, render_text, use_color
@@ -40,9 +40,9 @@ def run_check(options: CheckOptions, out: TextIO | None = None) -> int:
         source = "this machine"
     if set(options.areas) >= set(AREAS):
         # The whole check: the plan's verdict is part of it, so the two always agree.
-        from ..assess import assess
+        from ..decide.assess import assess
+        from ..decide.findings import finding
         from ..errors import SagedoctorError
-        from ..findings import finding
         from ..index import load_index, shipped_index
 
         try:

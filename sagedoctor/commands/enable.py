@@ -65,7 +65,7 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
     if comfyui.sage_flag_supported is False:
         raise EnableError(f"ComfyUI {comfyui.version or ''} does not declare {SAGE_FLAG}; "
                           "it would stop at start", "update ComfyUI first")
-    from ..requirements import verification_is_current
+    from ..decide.requirements import verification_is_current
 
     # What verify found about the build installed now (an older build's record says nothing).
     wrong = verification.wrong_sageattn if verification is not None and verification_is_current(

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from ..areas import AREAS
+from ..decide.areas import AREAS
+from ..decide.resolve import ResolveOptions, resolve_plan
 from ..facts import Facts, load_facts_file
 from ..index import WheelIndex, load_index
 from ..plan import Blocked, Plan
 from ..probe import ProbeOptions, collect_facts
 from ..render_plan import plan_exit_code, render_plan_json, render_plan_text
-from ..resolve import ResolveOptions, resolve_plan
 
 
 @dataclass(frozen=True)

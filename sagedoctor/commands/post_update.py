@@ -131,7 +131,7 @@ def _what_changed(prefix: Path, live: dict[str, Any]) -> list[str]:
 
 
 def _refuse_if_interrupted(prefix: Path) -> None:
-    from ..diagnose import quote
+    from ..decide.checks import quote
     from ..install.pending import refuse_if_pending
     from ..probe.target import current_os
 
@@ -159,7 +159,7 @@ def run_post_update(options: PostUpdateOptions, out: TextIO | None = None) -> in
 
 
 def _slow_path(options: PostUpdateOptions, stream: TextIO) -> int:
-    from ..areas import AREAS
+    from ..decide.areas import AREAS
     from ..probe import ProbeOptions, collect_facts
 
     probe = ProbeOptions(venv=options.venv, python=options.python, root=options.root,
@@ -182,13 +182,13 @@ def _slow_path(options: PostUpdateOptions, stream: TextIO) -> int:
 def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any, probe: Any,
                          python: Path, prefix: Path) -> int:
     from .. import __version__
-    from ..diagnose import recorded_wrong_sageattn
+    from ..decide.checks import recorded_wrong_sageattn
+    from ..decide.resolve import ResolveOptions, resolve_plan
     from ..index import load_index
     from ..install.recover import recover_pending
     from ..plan import Blocked
     from ..probe import collect_facts
     from ..render_plan import render_plan_text
-    from ..resolve import ResolveOptions, resolve_plan
     from ..state import forget_routing
 
     target = facts.target
@@ -248,7 +248,7 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     stream.write(f"post-update: {reason}; the repair:\n")
     stream.write(render_plan_text(result, header=f"index: {index.source}"))
     stream.flush()
-    from ..diagnose import quote
+    from ..decide.checks import quote
     from ..probe.target import current_os
 
     fix = (f"sagedoctor post-update --venv {quote(str(prefix), current_os())} --yes"

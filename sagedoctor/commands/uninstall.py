@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from ..decide.resolve import BACKEND_KEY, EditedConfig, UninstallFacts, resolve_uninstall
 from ..facts import InvokeAIFacts, TargetFacts
 from ..hook import hook_path
 from ..invokeai import load_edit_record, untouched_since
 from ..plan import Blocked
 from ..render_plan import render_plan_text
-from ..resolve import BACKEND_KEY, EditedConfig, UninstallFacts, resolve_uninstall
 from ..state import VenvFiles, read_install_record
 
 

@@ -10,9 +10,9 @@ import stat
 from pathlib import Path
 
 from .. import exit_codes
+from ..decide.requirements import describe_pending, recovery_fix
 from ..errors import SagedoctorError
 from ..facts import InterruptedInstall
-from ..requirements import describe_pending, recovery_fix
 from .lock import pid_alive, venv_state_dir
 
 MAX_JOURNAL_BYTES = 64 * 1024 * 1024  # a journal names files and backups; never gigabytes

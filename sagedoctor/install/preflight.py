@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import exit_codes
+from ..decide.findings import Finding, finding
 from ..errors import SagedoctorError
-from ..findings import Finding, finding
 from ..invokeai import (
     InvokeAIConfigError,
     ProcessInfo,

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..areas import AREAS
 from ..comfyui import find_comfyui, locate_comfyui
+from ..decide.areas import AREAS
 from ..errors import SagedoctorError, TargetError
 from ..facts import ComfyUIFacts, Facts, InvokeAIFacts, ProbeFailure
 from ..settings import number_from_env

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..findings import SEVERITIES, SUMMARY_CODES, Finding
+from ..decide.findings import SEVERITIES, SUMMARY_CODES, Finding
 from ..plan import Plan, Step
 from ..render import AREA_TITLES
 from ..terminal_text import one_line

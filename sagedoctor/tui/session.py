@@ -11,16 +11,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..areas import AREAS
-from ..assess import assess
+from ..decide.areas import AREAS
+from ..decide.assess import assess
+from ..decide.findings import Finding
+from ..decide.resolve import ResolveOptions, resolve_plan
 from ..facts import Facts, TargetFacts, load_facts_file
-from ..findings import Finding
 from ..index import WheelIndex, load_index
 from ..install.runlog import default_log_dir
 from ..plan import Blocked, Plan
 from ..probe import AreaDone, ProbeOptions, collect_facts
 from ..render import render_json
-from ..resolve import ResolveOptions, resolve_plan
 from ..verify import KeyResult, VerifyError, key_results, verify_venv
 
 

@@ -9,9 +9,8 @@ from dataclasses import replace
 
 from packaging.version import Version
 
-from . import __version__, compat, rules
-from .areas import AREAS
-from .facts import (
+from ... import __version__
+from ...facts import (
     ComfyUIFacts,
     Facts,
     Gpu,
@@ -24,9 +23,12 @@ from .facts import (
     VerificationFacts,
     WrongKernel,
 )
-from .findings import Finding, finding
-from .index import TritonRules, WheelIndex, shipped_index
-from .requirements import (
+from ...index import TritonRules, WheelIndex, shipped_index
+from .. import matrix as rules
+from .. import versions as compat
+from ..areas import AREAS
+from ..findings import Finding, finding
+from ..requirements import (
     describe_pending,
     gpu_service,
     hooked_but_unverified,

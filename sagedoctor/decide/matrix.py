@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import compat
-from .facts import Gpu, TorchFacts
-from .index import TritonRules, spec_text
+from ..facts import Gpu, TorchFacts
+from ..index import TritonRules, spec_text
+from . import versions as compat
 
 TORCH_INDEX = "https://download.pytorch.org/whl"
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from . import __version__
+from .. import __version__
+from ..facts import Facts
+from ..index import WheelIndex
+from ..plan import Blocked, Plan
 from .areas import AREAS
-from .diagnose import diagnose
-from .facts import Facts
+from .checks import diagnose
 from .findings import Finding
-from .index import WheelIndex
-from .plan import Blocked, Plan
 from .resolve import ResolveOptions, resolve_plan
 
 

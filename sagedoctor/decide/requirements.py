@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from . import __version__, compat
-from .facts import Facts, Gpu, InterruptedInstall, TargetFacts, VerificationFacts
-from .index import WheelIndex
+from .. import __version__
+from ..facts import Facts, Gpu, InterruptedInstall, TargetFacts, VerificationFacts
+from ..index import WheelIndex
+from . import versions as compat
 
 # --- the GPUs an install route serves ------------------------------------------------------
 

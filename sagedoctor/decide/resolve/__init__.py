@@ -11,8 +11,14 @@ from dataclasses import dataclass
 from packaging.tags import cpython_tags
 from packaging.version import Version
 
-from . import __version__, compat, rules
-from .diagnose import (
+from ... import __version__
+from ...facts import Facts, Gpu, InterruptedInstall, TargetFacts
+from ...index import LinuxIndex, WheelIndex, WindowsWheel, spec_text, wheel_supported_by
+from ...plan import Blocked, BuildSettings, Plan, Step, WheelDownload
+from ...state import InstallRecord
+from .. import matrix as rules
+from .. import versions as compat
+from ..checks import (
     diagnose,
     gpu_label,
     recorded_wrong_sageattn,
@@ -22,11 +28,8 @@ from .diagnose import (
     triton_problems,
     usable_gpus,
 )
-from .facts import Facts, Gpu, InterruptedInstall, TargetFacts
-from .findings import Finding, finding
-from .index import LinuxIndex, WheelIndex, WindowsWheel, spec_text, wheel_supported_by
-from .plan import Blocked, BuildSettings, Plan, Step, WheelDownload
-from .requirements import (
+from ..findings import Finding, finding
+from ..requirements import (
     describe_pending,
     gpu_service,
     hooked_but_unverified,
@@ -34,7 +37,6 @@ from .requirements import (
     invokeai_switch_pending,
     runtime_shortfall,
 )
-from .state import InstallRecord
 
 RUNTIME_DIST = "sagedoctor-runtime"
 
