@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from . import __version__, exit_codes
-from .decide.areas import AREAS
+from .decide.findings import AREAS
 from .errors import OutOfSpace, SagedoctorError, TargetError, disk_full
 
 if TYPE_CHECKING:

@@ -68,22 +68,11 @@ def hook_on(target: TargetFacts) -> bool:
     return hook_path(target).exists()
 
 
-def target_arg(target: TargetFacts, comfyui: ComfyUIFacts | None = None) -> str:
-    """How a fix names this target: --comfyui, --venv or --python, quoted for its shell."""
-    from .decide.checks import quote
-    from .probe.target import current_os
-
-    os_name = current_os()
-    if comfyui is not None:
-        return f"--comfyui {quote(comfyui.root, os_name)}"
-    if target.is_venv:
-        return f"--venv {quote(target.prefix, os_name)}"
-    return f"--python {quote(target.executable, os_name)}"
-
-
 def refuse_where_site_never_runs(target: TargetFacts, comfyui: ComfyUIFacts | None) -> None:
     """An embedded Python's ._pth without `import site`: no .pth file there ever runs."""
     from .comfyui import SAGE_FLAG, pth_file_for, pth_imports_site, read_small
+    from .decide.fixes import target_arg
+    from .probe.target import current_os
 
     pth = pth_file_for(Path(target.executable))
     if pth is None:
@@ -92,7 +81,8 @@ def refuse_where_site_never_runs(target: TargetFacts, comfyui: ComfyUIFacts | No
     if text is None or pth_imports_site(text):
         return
     portable = comfyui is not None and comfyui.layout == "portable"
-    flag = (f"`sagedoctor enable {target_arg(target, comfyui)} --launch-flag`" if portable
+    where = target_arg(target, current_os(), comfyui)
+    flag = (f"`sagedoctor enable {where} --launch-flag`" if portable
             else f"start ComfyUI with {SAGE_FLAG}")
     raise EnableError(f"{pth} has no `import site` line, so this Python never imports site "
                       "and never runs a .pth file: the start-up hook cannot run here",
@@ -103,9 +93,11 @@ def refuse_where_site_never_runs(target: TargetFacts, comfyui: ComfyUIFacts | No
 def enable(target: TargetFacts, comfyui: ComfyUIFacts | None = None) -> HookChange:
     """Write the hook, where the runtime is installed and the venv is still what a passing
     verify proved (the same answer check and post-update give); EnableError says the fix."""
+    from .decide.fixes import target_arg
     from .install.pending import refuse_if_pending
+    from .probe.target import current_os
 
-    where = target_arg(target, comfyui)
+    where = target_arg(target, current_os(), comfyui)
     # A killed install's journal: the venv is half-installed and the next install rolls it back.
     refuse_if_pending(Path(target.prefix), "enable", where)
     refuse_where_site_never_runs(target, comfyui)  # first: it is why nothing else is seen

@@ -18,7 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from .decide import versions as compat
+from .decide.versions import cc_tuple, minor_of, parse_sage_local, parse_version
 from .errors import SagedoctorError
 
 if sys.version_info >= (3, 11):
@@ -68,7 +68,7 @@ class TritonRules:
     windows_releases: tuple[tuple[int, int], ...] = ()
 
     def pair_for(self, torch_version: str) -> TritonPair | None:
-        minor = compat.minor_of(torch_version)
+        minor = minor_of(torch_version)
         return next((p for p in self.pairs if p.torch == minor), None)
 
 
@@ -134,7 +134,7 @@ class LinuxIndex:
         return [cc for cc in archs if self.archs and cc not in self.archs]
 
     def version_for(self, torch_version: str) -> str | None:
-        minor = compat.minor_of(torch_version)
+        minor = minor_of(torch_version)
         if minor is None:
             return None
         return self.version.format(cuda=self.cuda, torch=f"{minor[0]}.{minor[1]}")
@@ -243,7 +243,7 @@ def _minor(table: TomlTable, key: str, text: str) -> tuple[int, int]:
 
 def _cc(table: TomlTable, key: str, values: tuple[str, ...]) -> tuple[str, ...]:
     for value in values:
-        if compat.cc_tuple(value) is None:
+        if cc_tuple(value) is None:
             raise table.fail(f"{key!r}: {value!r} is not a compute capability like 8.9")
     return values
 
@@ -286,7 +286,7 @@ def parse_windows_wheel(row: TomlTable, release_base: str) -> WindowsWheel:
         raise row.fail(f"not a wheel file name: {exc}") from None
     if name != "sageattention":
         raise row.fail(f"a wheel of {name!r}, not sageattention")
-    label = compat.parse_sage_local(str(version))
+    label = parse_sage_local(str(version))
     if label is None:
         raise row.fail("its version has no cuXXXtorchA.B.C label")
     tag_names = frozenset(str(t) for t in tags)
@@ -340,7 +340,7 @@ def _source(table: TomlTable) -> SourceSpec:
     min_nvcc: dict[str, str] = {}
     for cc in _cc(min_table, "min_nvcc", tuple(min_table.data)):
         value = min_table.text(cc)
-        if compat.parse_version(value) is None:
+        if parse_version(value) is None:
             raise min_table.fail(f"{cc}: {value!r} is not a version")
         min_nvcc[cc] = value
     min_table.done()
@@ -390,7 +390,7 @@ def _linux_index(row: TomlTable) -> LinuxIndex:
         made = Version(entry.version.format(cuda="12.8", torch="2.10"))
     except (KeyError, IndexError, ValueError, AttributeError, TypeError):  # "{cuda.real}"
         raise row.fail(f"'version' template {entry.version!r} does not make a version") from None
-    if compat.parse_sage_local(str(made)) is None:
+    if parse_sage_local(str(made)) is None:
         raise row.fail(f"'version' template {entry.version!r} makes no cuXYtorchA.B label")
     row.done()
     return entry

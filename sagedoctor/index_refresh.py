@@ -19,7 +19,7 @@ from urllib.parse import quote, urlsplit
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .decide import versions as compat
+from .decide.versions import parse_sage_local
 from .errors import SagedoctorError
 from .file_meta import write_atomic
 from .index import (
@@ -176,7 +176,7 @@ def _torch_range(file: str) -> str | None:
         _name, version, _build, _tags = parse_wheel_filename(file)
     except InvalidWheelFilename:
         return None
-    label = compat.parse_sage_local(str(version))
+    label = parse_sage_local(str(version))
     if label is None:
         return None
     major, minor, _patch = label.torch

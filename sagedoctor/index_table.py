@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .decide import matrix as rules
+from .decide.matrix import TORCH_CUDA_MATRIX
 from .index import WheelIndex, shipped_index, spec_text
 
 BEGIN = "<!-- generated from wheels_index.toml: begin -->"
@@ -29,7 +29,7 @@ def supported_table(index: WheelIndex) -> str:
               "", f"triton-windows minors released on PyPI: {releases}.", "",
               "### PyTorch's CUDA builds per torch (Linux x86-64 and Windows)", "",
               "| torch | CUDA builds (kernels for) | PyPI's default |", "| --- | --- | --- |"]
-    for minor, release in sorted(rules.TORCH_CUDA_MATRIX.items()):
+    for minor, release in sorted(TORCH_CUDA_MATRIX.items()):
         builds = "; ".join(f"{v.label} (sm{', sm'.join(a.replace('.', '') for a in v.archs)})"
                            for v in release.variants)
         lines.append(f"| {minor[0]}.{minor[1]} | {builds} | {release.default} |")

@@ -9,9 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from .decide.areas import AREAS
-from .decide.checks import exit_code
-from .decide.findings import SUMMARY_CODES, Finding
+from .decide.findings import AREAS, SUMMARY_CODES, Finding, exit_code
 from .facts import FACTS_SCHEMA_VERSION, Facts, facts_to_dict
 from .terminal_text import one_line, safe_json
 

@@ -505,7 +505,7 @@ def verify_venv(python: Path, prefix: Path, quick: bool, fresh: bool = False, re
     import datetime
     import time
 
-    from .decide.checks import quote
+    from .decide.fixes import quote
     from .install.pending import refuse_if_pending
     from .probe.target import current_os
     from .state import record_verification, venv_record_path

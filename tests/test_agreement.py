@@ -20,8 +20,8 @@ from packaging.utils import parse_wheel_filename
 
 from sagedoctor import __version__
 from sagedoctor.decide.assess import Assessment, assess
-from sagedoctor.decide.checks import exit_code, has_pip, quote
-from sagedoctor.decide.findings import Finding
+from sagedoctor.decide.findings import Finding, exit_code
+from sagedoctor.decide.fixes import has_pip, quote
 from sagedoctor.facts import (
     Facts,
     Gpu,

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from sagedoctor.decide import versions as compat
-from sagedoctor.decide.checks import quote
+from sagedoctor.decide.fixes import quote
+from sagedoctor.decide.matrix import (
+    min_driver_for_cuda,
+    required_sage_modules,
+)
+from sagedoctor.decide.versions import (
+    parse_sage_local,
+    sage_serves_torch,
+    torch_build,
+)
 from sagedoctor.probe.gpu import (
     GpuProbeError,
     compute_capability_from_name,
@@ -31,7 +39,7 @@ from tests.standins import H200
 ])
 def test_parse_sage_local(version: str, cuda: int, torch: tuple[int, int, int],
                           and_higher: bool, post: int | None) -> None:
-    build = compat.parse_sage_local(version)
+    build = parse_sage_local(version)
     assert build is not None
     assert (build.cuda_major, build.torch, build.and_higher, build.post) == (
         cuda, torch, and_higher, post)
@@ -39,7 +47,7 @@ def test_parse_sage_local(version: str, cuda: int, torch: tuple[int, int, int],
 
 @pytest.mark.parametrize("version", ["2.2.0", "1.0.6", "not a version", "2.2.0+local"])
 def test_unlabelled_sage_versions(version: str) -> None:
-    assert compat.parse_sage_local(version) is None
+    assert parse_sage_local(version) is None
 
 
 @pytest.mark.parametrize(("sage", "torch", "ok"), [
@@ -49,9 +57,9 @@ def test_unlabelled_sage_versions(version: str) -> None:
     ("2.2.0+cu128torch2.7.1.post3", "2.8.0", False),
 ])
 def test_sage_serves_torch(sage: str, torch: str, ok: bool) -> None:
-    build = compat.parse_sage_local(sage)
+    build = parse_sage_local(sage)
     assert build is not None
-    assert compat.sage_serves_torch(build, torch) is ok
+    assert sage_serves_torch(build, torch) is ok
 
 
 @pytest.mark.parametrize(("major", "os_name", "minimum"), [
@@ -59,7 +67,7 @@ def test_sage_serves_torch(sage: str, torch: str, ok: bool) -> None:
     (12, "windows", "528.33"), (11, "linux", "450.80.02"), (10, "linux", None),
 ])
 def test_min_driver(major: int, os_name: str, minimum: str | None) -> None:
-    assert compat.min_driver_for_cuda(major, os_name) == minimum
+    assert min_driver_for_cuda(major, os_name) == minimum
 
 
 @pytest.mark.parametrize(("version", "full", "cuda", "hip", "kind", "cuda_out"), [
@@ -71,7 +79,7 @@ def test_min_driver(major: int, os_name: str, minimum: str | None) -> None:
 ])
 def test_torch_build(version: str, full: str | None, cuda: str | None, hip: str | None,
                      kind: str, cuda_out: str | None) -> None:
-    build = compat.torch_build(version, full, cuda, hip)
+    build = torch_build(version, full, cuda, hip)
     assert (build.kind, build.cuda) == (kind, cuda_out)
 
 
@@ -80,7 +88,7 @@ def test_torch_build(version: str, full: str | None, cuda: str | None, hip: str 
     ("9.0", ("_qattn_sm90",)), ("12.0", ("_qattn_sm89",)), ("7.5", ()),
 ])
 def test_compiled_modules_per_arch(cc: str, modules: tuple[str, ...]) -> None:
-    assert compat.required_sage_modules(cc) == modules
+    assert required_sage_modules(cc) == modules
 
 
 @pytest.mark.parametrize(("name", "cc"), [

@@ -114,7 +114,8 @@ def test_choose_cuda_home_table(candidates: list[CudaCandidate], home: str | Non
 
 
 def test_plan_never_exports_a_wrapper_folder_as_cuda_home() -> None:
-    from sagedoctor.decide.resolve import ResolveOptions, resolve_plan
+    from sagedoctor.decide.resolve import resolve_plan
+    from sagedoctor.decide.resolve.steps import ResolveOptions
     from sagedoctor.facts import load_facts_file
     from sagedoctor.index import shipped_index
     from sagedoctor.plan import Blocked

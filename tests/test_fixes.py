@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sagedoctor.decide import matrix as rules
-from sagedoctor.decide import versions as compat
 from sagedoctor.decide.checks import diagnose
+from sagedoctor.decide.matrix import torch_index_url
 from sagedoctor.decide.resolve import resolve_plan
+from sagedoctor.decide.versions import torch_build
 from sagedoctor.facts import load_facts_file
 from sagedoctor.index import shipped_index
 from sagedoctor.plan import Blocked
@@ -127,7 +127,7 @@ def test_no_pip_command_where_the_venv_has_no_pip() -> None:
 ])
 def test_torch_index_url_of_a_build(label: str, cuda: str | None, hip: str | None,
                                     url: str | None) -> None:
-    assert rules.torch_index_url(compat.torch_build(label, label, cuda, hip), label) == url
+    assert torch_index_url(torch_build(label, label, cuda, hip), label) == url
 
 
 def test_probe_says_whether_pip_starts(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sagedoctor.decide.checks import diagnose, exit_code
+from sagedoctor.decide.checks import diagnose
+from sagedoctor.decide.findings import exit_code
 from sagedoctor.decide.resolve import resolve_plan
 from sagedoctor.errors import FactsFileError
 from sagedoctor.facts import facts_from_dict, load_facts_file

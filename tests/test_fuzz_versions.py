@@ -10,7 +10,18 @@ import json
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sagedoctor.decide import versions as compat
+from sagedoctor.decide.matrix import (
+    driver_satisfies,
+    required_sage_modules,
+    torch_min_cc,
+)
+from sagedoctor.decide.versions import (
+    cc_tuple,
+    minor_of,
+    parse_sage_local,
+    sage_serves_torch,
+    torch_build,
+)
 from sagedoctor.index import TomlTable, shipped_index
 from sagedoctor.index import parse_windows_wheel as parse_index_row
 from sagedoctor.index_refresh import _torch_range
@@ -48,19 +59,19 @@ version_texts = text_or_junk(versions() | mutations("2.13.0+cu130")
 def test_versions_and_local_tags_give_plain_answers(version: str, full: str | None,
                                                    cuda: str | None, hip: str | None) -> None:
     def parse() -> str:
-        build = compat.torch_build(version, full, cuda, hip)
+        build = torch_build(version, full, cuda, hip)
         assert build.kind in ("cuda", "cpu", "rocm", "other")
         assert build.cuda_major is None or build.cuda_major >= 0
-        compat.torch_min_cc(build.cuda)
-        sage = compat.parse_sage_local(version)
+        torch_min_cc(build.cuda)
+        sage = parse_sage_local(version)
         if sage is not None:
             assert sage.cuda_label.startswith("cu") and len(sage.torch) == 3
-            assert isinstance(compat.sage_serves_torch(sage, full or version), bool)
-        compat.minor_of(full)
-        compat.driver_satisfies(version, cuda or "525.60.13")
+            assert isinstance(sage_serves_torch(sage, full or version), bool)
+        minor_of(full)
+        driver_satisfies(version, cuda or "525.60.13")
         for cc in (version, cuda, hip):
-            if compat.cc_tuple(cc) is not None:
-                assert isinstance(compat.required_sage_modules(cc or ""), tuple)
+            if cc_tuple(cc) is not None:
+                assert isinstance(required_sage_modules(cc or ""), tuple)
         return build.kind
 
     outcome("versions and local tags", parse)

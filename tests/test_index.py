@@ -306,7 +306,8 @@ def _linux_machine(gpus: tuple[str, ...], torch: str) -> Any:
 @pytest.mark.parametrize("gpus", [("h200",), ("h100",), ("4090", "h100"), ("a100", "h200")])
 def test_linux_plan_for_sm90_never_holds_a_wheel_built_from_v2_2_0(
         torch: str, gpus: tuple[str, ...]) -> None:
-    from sagedoctor.decide.resolve import ResolveOptions, resolve_plan
+    from sagedoctor.decide.resolve import resolve_plan
+    from sagedoctor.decide.resolve.steps import ResolveOptions
     from sagedoctor.plan import Plan
 
     index = shipped_index()
@@ -321,7 +322,8 @@ def test_linux_plan_for_sm90_never_holds_a_wheel_built_from_v2_2_0(
 
 
 def test_the_same_index_is_still_planned_where_its_wheels_work() -> None:
-    from sagedoctor.decide.resolve import ResolveOptions, resolve_plan
+    from sagedoctor.decide.resolve import resolve_plan
+    from sagedoctor.decide.resolve.steps import ResolveOptions
     from sagedoctor.plan import Plan
 
     plan = resolve_plan(_linux_machine(("3090",), "2.11.0+cu130"), shipped_index(),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sagedoctor.commands.post_update import PostUpdateOptions, venv_prefix_of
-from sagedoctor.decide.checks import launcher_update_findings
+from sagedoctor.decide.checks.apps import launcher_update_findings
 from sagedoctor.facts import InvokeAIFacts, VerificationFacts
 from sagedoctor.hook import needs_rebuild, unchanged_since_verify
 from sagedoctor.state import venv_python_version

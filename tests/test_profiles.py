@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sagedoctor.decide.checks import diagnose, exit_code
-from sagedoctor.decide.findings import CATALOG, PREFLIGHT_CODES, SUMMARY_CODES
+from sagedoctor.decide.checks import diagnose
+from sagedoctor.decide.findings import CATALOG, PREFLIGHT_CODES, SUMMARY_CODES, exit_code
 from sagedoctor.facts import load_facts_file
 
 PROFILES = Path(__file__).parent / "profiles"

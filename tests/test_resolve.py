@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from packaging.tags import cpython_tags
 
 from sagedoctor.decide.findings import CATALOG
-from sagedoctor.decide.resolve import ResolveOptions, resolve_plan
+from sagedoctor.decide.resolve import resolve_plan
+from sagedoctor.decide.resolve.steps import ResolveOptions
 from sagedoctor.facts import Facts, facts_from_dict
 from sagedoctor.index import shipped_index, spec_text, wheel_supported_by
 from sagedoctor.plan import Blocked, Plan

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from sagedoctor.decide.resolve import EditedConfig, UninstallFacts, resolve_uninstall
+from sagedoctor.decide.resolve.uninstall import EditedConfig, UninstallFacts, resolve_uninstall
 from sagedoctor.facts import InterruptedInstall, SageFacts, TargetFacts
 from sagedoctor.plan import ACTIONS, Blocked, Plan
 from sagedoctor.state import InstallRecord

@@ -14,10 +14,23 @@ from pathlib import Path
 
 import pytest
 
-from sagedoctor.decide import matrix as rules
 from sagedoctor.decide.checks import diagnose
 from sagedoctor.decide.findings import Finding
+from sagedoctor.decide.matrix import (
+    TORCH_CUDA_MATRIX,
+    index_urls_for,
+    newest_torch_serving,
+    pick_variant,
+    torch_index_url,
+    torch_release,
+)
 from sagedoctor.decide.resolve import resolve_plan
+from sagedoctor.decide.toolchain import (
+    cxx_standard_for,
+    cxx_toolchain_problems,
+)
+from sagedoctor.decide.triton import triton_requirement
+from sagedoctor.decide.versions import parse_sage_local, sage_serves_torch, torch_build
 from sagedoctor.facts import Facts, Gpu, TorchFacts, facts_from_dict, load_facts_file
 from sagedoctor.index import shipped_index
 from sagedoctor.install.source_build import cxx_std_flag, prepare_tree
@@ -44,13 +57,13 @@ def _torch(version: str, pin: str | None = None) -> TorchFacts:
 # --- PyTorch's CUDA matrix -------------------------------------------------------------------
 
 def test_cu126_stops_at_hopper_and_blackwell_needs_cuda_12_8() -> None:
-    release = rules.torch_release("2.14.1")
+    release = torch_release("2.14.1")
     assert release is not None
     cu126, cu130 = release.variant("cu126"), release.variant("cu130")
     assert cu126 is not None and cu130 is not None
     assert cu126.serves("9.0") and cu126.serves("6.1") and not cu126.serves("12.0")
     assert cu130.serves("12.0") and cu130.serves("8.9") and not cu130.serves("7.0")
-    assert not any(v.serves("12.0") for r in rules.TORCH_CUDA_MATRIX.values()
+    assert not any(v.serves("12.0") for r in TORCH_CUDA_MATRIX.values()
                    for v in r.variants if v.cuda_major == 12 and v.cuda < "12.8")
 
 
@@ -62,25 +75,24 @@ def test_cu126_stops_at_hopper_and_blackwell_needs_cuda_12_8() -> None:
     ("2.15.0", {"cu130", "cu132"}, "cu132"),  # cu126 gone (pytorch#190385); 13.2.2 on PyPI
 ])
 def test_the_matrix_per_torch_minor(torch: str, labels: set[str], default: str) -> None:
-    release = rules.torch_release(torch)
+    release = torch_release(torch)
     assert release is not None
     assert {v.label for v in release.variants} == labels
     assert release.default == default
 
 
 def test_a_gtx_1080_is_sent_to_the_newest_torch_that_still_has_kernels_for_it() -> None:
-    assert rules.pick_variant("2.15.0", ["6.1"]) is None
-    newest = rules.newest_torch_serving(["6.1"])
+    assert pick_variant("2.15.0", ["6.1"]) is None
+    newest = newest_torch_serving(["6.1"])
     assert newest is not None and (newest[0], newest[1].label) == ("2.14", "cu126")
 
 
 def test_an_index_the_matrix_lacks_is_never_named() -> None:
-    from sagedoctor.decide import versions as compat
 
-    build = compat.torch_build("2.12.0+cu128", "2.12.0+cu128", "12.8", None)
-    assert rules.torch_index_url(build, "2.12.0") is None  # 2.12 has no cu128 build
-    build = compat.torch_build("2.12.0+cu130", "2.12.0+cu130", "13.0", None)
-    assert rules.torch_index_url(build, "2.12.0") == "https://download.pytorch.org/whl/cu130"
+    build = torch_build("2.12.0+cu128", "2.12.0+cu128", "12.8", None)
+    assert torch_index_url(build, "2.12.0") is None  # 2.12 has no cu128 build
+    build = torch_build("2.12.0+cu130", "2.12.0+cu130", "13.0", None)
+    assert torch_index_url(build, "2.12.0") == "https://download.pytorch.org/whl/cu130"
 
 
 # --- the one Triton requirement ---------------------------------------------------------------
@@ -100,7 +112,7 @@ def test_an_index_the_matrix_lacks_is_never_named() -> None:
 ])
 def test_windows_triton_requirement(torch: str, pin: str | None, gpus: tuple[str, ...],
                                     want: str | None, blocked: str | None) -> None:
-    req = rules.triton_requirement(_torch(torch, pin), [_gpu(cc, i) for i, cc in
+    req = triton_requirement(_torch(torch, pin), [_gpu(cc, i) for i, cc in
                                                         enumerate(gpus)], "windows",
                                    INDEX.triton)
     assert req.requirement == want
@@ -111,7 +123,7 @@ def test_a_torch_newer_than_the_table_is_derived_from_its_own_pin() -> None:
     from dataclasses import replace
 
     later = replace(INDEX.triton, windows_releases=(*INDEX.triton.windows_releases, (3, 10)))
-    req = rules.triton_requirement(_torch("2.16.0+cu130", "~=3.10.0"), [_gpu("8.9")],
+    req = triton_requirement(_torch("2.16.0+cu130", "~=3.10.0"), [_gpu("8.9")],
                                    "windows", later)
     assert (req.requirement, req.source) == ("triton-windows>=3.10,<3.11", "torch-metadata")
     assert req.reason.startswith("derived: torch 2.16.0+cu130 pins Triton 3.10")
@@ -128,7 +140,7 @@ def test_torch_215_on_windows_says_which_torch_works_and_changes_nothing() -> No
 
 
 def test_linux_uses_the_pin_torch_itself_declares() -> None:
-    req = rules.triton_requirement(_torch("2.15.0+cu130", "~=3.9.0"), [], "linux", INDEX.triton)
+    req = triton_requirement(_torch("2.15.0+cu130", "~=3.9.0"), [], "linux", INDEX.triton)
     assert (req.package, req.minor, req.source) == ("triton", (3, 9), "torch-metadata")
     assert req.satisfied_by("3.9.1") and not req.satisfied_by("3.8.0")
 
@@ -230,7 +242,7 @@ def test_every_printed_pytorch_index_is_in_the_matrix_for_that_torch() -> None:
                 command = _TORCH_COMMAND.search(text)
                 assert command is not None and command.group("url") == url, (name, text)
                 version = command.group("version").replace(".*", ".0")
-                assert url in rules.index_urls_for(version), (name, url, version)
+                assert url in index_urls_for(version), (name, url, version)
                 seen += 1
     assert seen >= 10  # the walk met real commands
 
@@ -357,7 +369,7 @@ def test_the_cxx_standard_logic_compiles_against_torch_214_headers(tmp_path: Pat
               aten_h=(include / "ATen" / "ATen.h").read_text(encoding="utf-8"))
     torch = probe_target(venv_python(venv)).torch
     assert torch is not None
-    standard, _why = rules.cxx_standard_for(torch)
+    standard, _why = cxx_standard_for(torch)
     # ... and the build's copy of setup.py is patched to it; the user's folder is not.
     user_tree = tmp_path / "Sage Attention ü"
     user_tree.mkdir()
@@ -386,11 +398,11 @@ def test_the_cxx_standard_logic_compiles_against_torch_214_headers(tmp_path: Pat
 
 
 def test_a_compiler_too_old_for_cxx20_is_named_before_the_build() -> None:
-    assert rules.cxx_toolchain_problems(20, "9.4.0", "13.0.88") == [
+    assert cxx_toolchain_problems(20, "9.4.0", "13.0.88") == [
         "gcc 9.4.0 cannot compile C++20 (needs gcc >= 10)"]
-    assert rules.cxx_toolchain_problems(20, "13.3.0", "11.8.89") == [
+    assert cxx_toolchain_problems(20, "13.3.0", "11.8.89") == [
         "nvcc 11.8.89 cannot compile C++20 (needs nvcc >= 12.0)"]
-    assert rules.cxx_toolchain_problems(17, "9.4.0", "11.8.89") == []
+    assert cxx_toolchain_problems(17, "9.4.0", "11.8.89") == []
 
 
 def test_a_source_build_for_torch_214_patches_its_copy_and_records_it(
@@ -451,13 +463,12 @@ def test_both_astral_local_version_forms_parse(version: str, cuda_label: str,
 
 
 def test_every_astral_row_makes_a_version_its_own_parser_reads() -> None:
-    from sagedoctor.decide import versions as compat
 
     for entry in INDEX.linux_indexes:
         version = entry.version_for("2.11.1")
         assert version is not None and version.endswith("torch.2.11")
-        build = compat.parse_sage_local(version)
-        assert build is not None and compat.sage_serves_torch(build, "2.11.1")
+        build = parse_sage_local(version)
+        assert build is not None and sage_serves_torch(build, "2.11.1")
         assert "8.9" not in entry.archs and entry.missing_for(["8.9", "8.6"]) == ["8.9"]
 
 

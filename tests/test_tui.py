@@ -16,7 +16,8 @@ import pytest
 from textual.widgets import DataTable, Input, Static
 
 from sagedoctor.decide.checks import diagnose
-from sagedoctor.decide.resolve import ResolveOptions, resolve_plan
+from sagedoctor.decide.resolve import resolve_plan
+from sagedoctor.decide.resolve.steps import ResolveOptions
 from sagedoctor.facts import load_facts_file
 from sagedoctor.index import load_index
 from sagedoctor.plan import Plan

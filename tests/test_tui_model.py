@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sagedoctor.decide.areas import AREAS
 from sagedoctor.decide.checks import diagnose
+from sagedoctor.decide.findings import AREAS
 from sagedoctor.facts import Facts, load_facts_file
 from sagedoctor.install.runner import InstallError
 from sagedoctor.plan import Plan, Step

@@ -9,7 +9,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from sagedoctor.decide.checks import diagnose, exit_code
+from sagedoctor.decide.checks import diagnose
+from sagedoctor.decide.findings import exit_code
 from sagedoctor.decide.resolve import resolve_plan
 from sagedoctor.facts import Facts, VerificationFacts, load_facts_file
 from sagedoctor.index import shipped_index

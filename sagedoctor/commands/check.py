@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from ..decide.areas import AREAS
-from ..decide.checks import diagnose, exit_code, findings_for_areas
+from ..decide.checks import diagnose, findings_for_areas
+from ..decide.findings import AREAS, exit_code
 from ..facts import load_facts_file
 from ..probe import ProbeOptions, collect_facts
 from ..render import can_encode_marks, render_json, render_text, use_color

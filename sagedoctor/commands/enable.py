@@ -19,9 +19,11 @@ from ..comfyui import (
     sageattn_table,
     with_sage_flag,
 )
+from ..decide.fixes import target_arg
 from ..facts import ComfyUIFacts, TargetFacts, VerificationFacts
 from ..file_meta import write_atomic
-from ..hook import EnableError, HookChange, hook_on, target_arg
+from ..hook import EnableError, HookChange, hook_on
+from ..probe.target import current_os
 
 
 def run_enable(target: TargetFacts, out: TextIO | None = None, *,
@@ -32,7 +34,7 @@ def run_enable(target: TargetFacts, out: TextIO | None = None, *,
         from ..install.pending import refuse_if_pending
 
         # A killed install's journal: the venv is half-installed; the next install rolls it back.
-        refuse_if_pending(Path(target.prefix), "enable", target_arg(target, comfyui))
+        refuse_if_pending(Path(target.prefix), "enable", _named(target, comfyui))
         return _enable_launch_flag(target, comfyui, verification, stream)
     from ..hook import enable
 
@@ -41,6 +43,10 @@ def run_enable(target: TargetFacts, out: TextIO | None = None, *,
     if comfyui is not None:
         stream.write(comfyui_ways(comfyui, hook_on=True, table=_verify_table(target)))
     return 0
+
+
+def _named(target: TargetFacts, comfyui: ComfyUIFacts | None) -> str:
+    return target_arg(target, current_os(), comfyui)
 
 
 def _verify_table(target: TargetFacts) -> str:
@@ -61,7 +67,7 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
                           "pass --comfyui DIR (the ComfyUI_windows_portable folder)")
     if target.sageattention is None:
         raise EnableError(f"SageAttention is not installed in {target.prefix}",
-                          f"run `sagedoctor install {target_arg(target, comfyui)}` first")
+                          f"run `sagedoctor install {_named(target, comfyui)}` first")
     if comfyui.sage_flag_supported is False:
         raise EnableError(f"ComfyUI {comfyui.version or ''} does not declare {SAGE_FLAG}; "
                           "it would stop at start", "update ComfyUI first")
@@ -73,7 +79,7 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
     if wrong:
         raise EnableError(f"verify found `sageattn()` wrong on {wrong[0].name}: with "
                           f"{SAGE_FLAG} every image would be garbage",
-                          f"run `sagedoctor install {target_arg(target, comfyui)}` (it replaces "
+                          f"run `sagedoctor install {_named(target, comfyui)}` (it replaces "
                           "the build), then verify")
     if comfyui.layout != "portable":
         stream.write(comfyui_ways(comfyui, hook_on=hook_on(target),
@@ -99,7 +105,7 @@ def _enable_launch_flag(target: TargetFacts, comfyui: ComfyUIFacts | None,
                  "to use ComfyUI's own switch; run_nvidia_gpu.bat is unchanged.\n")
     if verification is None or verification.status != "verified":
         stream.write(f"No verify has checked sageattn() in this Python: run `sagedoctor verify "
-                     f"{target_arg(target, comfyui)}` before starting ComfyUI with it.\n")
+                     f"{_named(target, comfyui)}` before starting ComfyUI with it.\n")
     now = replace(comfyui, sage_flag_in=tuple(dict.fromkeys((*comfyui.sage_flag_in,
                                                              FLAG_LAUNCHER))))
     stream.write(comfyui_ways(now, hook_on=hook_on(target),

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from ..decide.areas import AREAS
-from ..decide.resolve import ResolveOptions, resolve_plan
+from ..decide.findings import AREAS
+from ..decide.resolve import resolve_plan
+from ..decide.resolve.steps import ResolveOptions
 from ..facts import Facts, load_facts_file
 from ..index import WheelIndex, load_index
 from ..plan import Blocked, Plan

@@ -131,7 +131,7 @@ def _what_changed(prefix: Path, live: dict[str, Any]) -> list[str]:
 
 
 def _refuse_if_interrupted(prefix: Path) -> None:
-    from ..decide.checks import quote
+    from ..decide.fixes import quote
     from ..install.pending import refuse_if_pending
     from ..probe.target import current_os
 
@@ -159,7 +159,7 @@ def run_post_update(options: PostUpdateOptions, out: TextIO | None = None) -> in
 
 
 def _slow_path(options: PostUpdateOptions, stream: TextIO) -> int:
-    from ..decide.areas import AREAS
+    from ..decide.findings import AREAS
     from ..probe import ProbeOptions, collect_facts
 
     probe = ProbeOptions(venv=options.venv, python=options.python, root=options.root,
@@ -182,8 +182,9 @@ def _slow_path(options: PostUpdateOptions, stream: TextIO) -> int:
 def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any, probe: Any,
                          python: Path, prefix: Path) -> int:
     from .. import __version__
-    from ..decide.checks import recorded_wrong_sageattn
-    from ..decide.resolve import ResolveOptions, resolve_plan
+    from ..decide.checks.sage import recorded_wrong_sageattn
+    from ..decide.resolve import resolve_plan
+    from ..decide.resolve.steps import ResolveOptions
     from ..index import load_index
     from ..install.recover import recover_pending
     from ..plan import Blocked
@@ -248,7 +249,7 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     stream.write(f"post-update: {reason}; the repair:\n")
     stream.write(render_plan_text(result, header=f"index: {index.source}"))
     stream.flush()
-    from ..decide.checks import quote
+    from ..decide.fixes import quote
     from ..probe.target import current_os
 
     fix = (f"sagedoctor post-update --venv {quote(str(prefix), current_os())} --yes"

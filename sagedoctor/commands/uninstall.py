@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..decide.resolve import BACKEND_KEY, EditedConfig, UninstallFacts, resolve_uninstall
+from ..decide.resolve.uninstall import BACKEND_KEY, EditedConfig, UninstallFacts, resolve_uninstall
 from ..facts import InvokeAIFacts, TargetFacts
 from ..hook import hook_path
 from ..invokeai import load_edit_record, untouched_since

@@ -11,10 +11,10 @@ from .. import __version__
 from ..facts import Facts
 from ..index import WheelIndex
 from ..plan import Blocked, Plan
-from .areas import AREAS
 from .checks import diagnose
-from .findings import Finding
-from .resolve import ResolveOptions, resolve_plan
+from .findings import AREAS, Finding
+from .resolve import resolve_plan
+from .resolve.steps import ResolveOptions
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 SEVERITIES = ("ok", "info", "warn", "error")
+# The areas a check covers, in report order.
+AREAS = ("system", "gpu", "python", "torch", "triton", "sageattention", "toolchain", "invokeai",
+         "comfyui")
 # The one finding per area that carries its summary line.
 SUMMARY_CODES = frozenset({"SD100", "SD110", "SD130", "SD140", "SD150", "SD160", "SD170", "SD180",
                            "SD220"})
@@ -401,3 +405,13 @@ def finding(
         fix=kind.fix if fix is None else fix,
         fatal=fatal,
     )
+
+
+def exit_code(findings: Iterable[Finding]) -> int:
+    """0 ready, 1 fixable problems, 2 cannot work on this machine."""
+    items = list(findings)
+    if any(f.fatal for f in items):
+        return 2
+    if any(f.severity == "error" for f in items):
+        return 1
+    return 0

@@ -1,20 +1,20 @@
-"""Compatibility rules as data, each requirement computed once so `check` and `plan` say the
-same thing: PyTorch's CUDA matrix, the Triton a torch needs, the C++ standard of its headers.
+"""Which GPU, driver and torch build go together: PyTorch's CUDA matrix, the driver minimum of
+each CUDA major, the arch gates of torch and SageAttention, and the GPUs an install route
+serves. Each rule is computed once, here, so `check` and `plan` say the same thing.
 
 Pure: plain values and facts in, plain values out.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ..facts import Gpu, TorchFacts
-from ..index import TritonRules, spec_text
-from . import versions as compat
+from ..facts import Gpu
+from ..index import WheelIndex
+from .versions import TorchBuild, cc_tuple, minor_of, parse_version
 
 TORCH_INDEX = "https://download.pytorch.org/whl"
 
@@ -52,9 +52,9 @@ class TorchVariant:
 
     def serves(self, cc: str | None) -> bool:
         """Carries kernels for this compute capability (same major, minor at most the GPU's)."""
-        have = compat.cc_tuple(cc)
+        have = cc_tuple(cc)
         return have is not None and any(
-            (a := compat.cc_tuple(arch)) is not None and a[0] == have[0] and a[1] <= have[1]
+            (a := cc_tuple(arch)) is not None and a[0] == have[0] and a[1] <= have[1]
             for arch in self.archs)
 
 
@@ -108,7 +108,7 @@ TORCH_CUDA_MATRIX: dict[tuple[int, int], TorchRelease] = {r.minor: r for r in (
 
 
 def torch_release(torch_version: str | None) -> TorchRelease | None:
-    minor = compat.minor_of(torch_version)
+    minor = minor_of(torch_version)
     return TORCH_CUDA_MATRIX.get(minor) if minor else None
 
 
@@ -120,9 +120,9 @@ def index_urls_for(torch_version: str | None) -> frozenset[str]:
     return frozenset({v.index_url for v in release.variants} | {f"{TORCH_INDEX}/cpu"})
 
 
-def torch_index_url(build: compat.TorchBuild, torch_version: str) -> str | None:
+def torch_index_url(build: TorchBuild, torch_version: str) -> str | None:
     """The PyTorch index serving this installed build, where the matrix says it exists."""
-    parsed = compat.parse_version(build.label)
+    parsed = parse_version(build.label)
     local = (parsed.local or "") if parsed else ""
     release = torch_release(torch_version)
     if local.startswith(("rocm", "xpu")):
@@ -135,14 +135,14 @@ def torch_index_url(build: compat.TorchBuild, torch_version: str) -> str | None:
     return None  # a vendor's build (+nv24.08), or a variant the matrix does not know
 
 
-def variant_of(build: compat.TorchBuild, torch_version: str) -> TorchVariant | None:
+def variant_of(build: TorchBuild, torch_version: str) -> TorchVariant | None:
     """The matrix's entry for an installed CUDA build (by its CUDA version)."""
     release = torch_release(torch_version)
     label = build.cuda_label if build.kind == "cuda" else None
     return release.variant(label) if release is not None and label else None
 
 
-def build_serves(build: compat.TorchBuild, torch_version: str, cc: str | None,
+def build_serves(build: TorchBuild, torch_version: str, cc: str | None,
                  machine: str = "x86_64") -> bool:
     """Whether this torch CUDA build carries kernels for the GPU: the matrix where it knows
     the build (x86-64 and Windows builds; aarch64 ones differ), else the CUDA version's lower
@@ -150,8 +150,8 @@ def build_serves(build: compat.TorchBuild, torch_version: str, cc: str | None,
     variant = variant_of(build, torch_version) if machine == "x86_64" else None
     if variant is not None:
         return variant.serves(cc)
-    have = compat.cc_tuple(cc)
-    floor = compat.torch_min_cc(build.cuda)
+    have = cc_tuple(cc)
+    floor = torch_min_cc(build.cuda)
     return have is None or floor is None or have >= floor
 
 
@@ -180,186 +180,95 @@ def newest_torch_serving(ccs: list[str]) -> tuple[str, TorchVariant] | None:
     return None
 
 
-# --- Triton ----------------------------------------------------------------------------------
-
-_PIN = re.compile(r"(==|~=|>=)\s*(\d+)\.(\d+)")
+# --- the NVIDIA driver and the GPUs each build serves ----------------------------------------
 
 
-def pinned_triton_minor(torch: TorchFacts | None) -> tuple[int, int] | None:
-    """The Triton minor torch's own METADATA pins (`Requires-Dist: triton==3.6.0` or
-    `triton~=3.8.0`; the probe keeps the specifier)."""
-    match = _PIN.search(torch.triton_pin or "") if torch else None
-    return (int(match.group(2)), int(match.group(3))) if match else None
+def min_driver_for_cuda(cuda_major: int, os_name: str) -> str | None:
+    """Minimum driver for a CUDA major (NVIDIA's minor-version compatibility table)."""
+    windows = os_name == "windows"
+    if cuda_major >= 13:
+        return "580"
+    if cuda_major == 12:
+        return "528.33" if windows else "525.60.13"
+    if cuda_major == 11:
+        return "452.39" if windows else "450.80.02"
+    return None
 
 
-def _minor_spec(minor: tuple[int, int]) -> SpecifierSet:
-    return SpecifierSet(f">={minor[0]}.{minor[1]},<{minor[0]}.{minor[1] + 1}")
+def driver_satisfies(driver: str, minimum: str) -> bool | None:
+    have, need = parse_version(driver), parse_version(minimum)
+    if have is None or need is None:
+        return None
+    return have >= need
+
+
+def torch_min_cc(cuda: str | None) -> tuple[int, int] | None:
+    """Oldest GPU a torch CUDA wheel carries kernels for: cu128 and cu130 start at Turing."""
+    version = parse_version(cuda)
+    if version is None:
+        return None
+    if version >= Version("12.8"):
+        return (7, 5)
+    return (5, 0)
+
+
+def required_sage_modules(cc: str) -> tuple[str, ...]:
+    """Compiled modules the default kernel for this GPU needs (besides `_fused`)."""
+    value = cc_tuple(cc)
+    if value is None:
+        return ()
+    if value in ((8, 0), (8, 6), (8, 7)):
+        return ("_qattn_sm80",)
+    if value == (9, 0):
+        return ("_qattn_sm90",)
+    if value in ((8, 9), (10, 0), (12, 0), (12, 1)):
+        return ("_qattn_sm89",)
+    return ()
 
 
 @dataclass(frozen=True)
-class TritonRequirement:
-    """What Triton this torch needs here: the one value `check`'s fix and the plan's install
-    step both print. `spec` is None where nothing is known or nothing can serve (`blocked`)."""
+class GpuService:
+    """Of the GPUs SageAttention runs on, which the OS's install route carries kernels for."""
 
-    package: str  # "triton-windows" or "triton"
-    spec: SpecifierSet | None
-    minor: tuple[int, int] | None  # the Triton minor torch was built against
-    # "index" (tabulated); derived from "torch-metadata" or "index-linux"; or "unknown"
-    source: str
-    reason: str  # why this requirement, for the plan's step
-    blocked: str | None = None  # why no Triton can serve this torch here; with `blocked_code`
-    blocked_code: str | None = None
-    blocked_fix: str | None = None
-    turing_left_out: tuple[Gpu, ...] = ()  # Turing GPUs the requirement cannot serve
-
-    @property
-    def requirement(self) -> str | None:
-        return f"{self.package}{spec_text(self.spec)}" if self.spec is not None else None
-
-    def satisfied_by(self, version: str | None) -> bool:
-        if version is None:
-            return False
-        if self.spec is not None:
-            return self.spec.contains(version, prereleases=True)
-        return self.minor is None or compat.minor_of(version) == self.minor
+    served: tuple[Gpu, ...]
+    unserved: tuple[Gpu, ...]
+    code: str  # the finding that says "none served": SD203 (Windows wheels), SD205 (build)
 
 
-def _gpu_name(gpu: Gpu) -> str:
-    cc = f"sm{(gpu.compute_capability or '?').replace('.', '')}"
+def windows_wheel_archs(index: WheelIndex, cuda: str | None) -> frozenset[str]:
+    """Compute capabilities the fork's Windows wheels for this CUDA carry kernels for."""
+    archs = set(index.windows_archs)
+    version = parse_version(cuda)
+    if version is not None and version >= Version("12.8"):
+        archs |= set(index.windows_archs_cuda_12_8)
+    return frozenset(archs)
+
+
+def gpu_service(usable: list[Gpu], os_name: str, index: WheelIndex,
+                wheel_cuda: str | None) -> GpuService:
+    """`usable`: the GPUs SageAttention itself supports here (diagnose.usable_gpus)."""
+    if os_name == "windows":
+        covered = windows_wheel_archs(index, wheel_cuda)
+        code = "SD203"
+    else:
+        covered = frozenset(index.build.archs)
+        code = "SD205"
+    served = tuple(g for g in usable if g.compute_capability in covered)
+    return GpuService(served, tuple(g for g in usable if g not in served), code)
+
+
+def gpu_label(gpu: Gpu) -> str:
+    cc = f"sm{gpu.compute_capability.replace('.', '')}" if gpu.compute_capability else "sm?"
     return f"GPU {gpu.index} {gpu.name} ({cc})"
 
 
-def triton_requirement(torch: TorchFacts, gpus: list[Gpu], os_name: str,
-                       rules: TritonRules) -> TritonRequirement:
-    """The Triton for this torch on this OS and these (usable) GPUs.
-
-    Linux: the triton torch pins itself. Windows: the index's row where it has one (it holds
-    the known exceptions), else triton-windows of the minor torch pins (derived); Turing
-    (sm75) intersects that with the Turing cap, and a minor triton-windows has not released
-    yet blocks with the newest torch that works."""
-    label = torch.full_version or torch.version
-    pinned = pinned_triton_minor(torch)
-    pair = rules.pair_for(torch.version)
-    if os_name != "windows":
-        minor = pinned or (pair.linux if pair else None)
-        source = "torch-metadata" if pinned else ("index" if minor else "unknown")
-        return TritonRequirement("triton", None, minor, source,
-                                 f"torch {label} pins Triton "
-                                 f"{minor[0]}.{minor[1]}" if minor else "")
-    package = rules.windows_package
-    minor_known = compat.minor_of(torch.version) not in rules.windows_unknown
-    if pair is not None and pair.windows is not None and minor_known:
-        spec, source = pair.windows, "index"
-        reason = f"torch {label} works with Triton {spec_text(spec)}"
-    elif pinned is not None or (pair is not None and pair.linux is not None):
-        source = "torch-metadata" if pinned else "index-linux"
-        pinned = pinned or (pair.linux if pair else None)
-        assert pinned is not None
-        spec = _minor_spec(pinned)
-        whose = "its METADATA" if source == "torch-metadata" else "the index's Linux row"
-        reason = (f"derived: torch {label} pins Triton {pinned[0]}.{pinned[1]} ({whose}) and "
-                  "the index has no triton-windows row for it yet: triton-windows of the same "
-                  "minor; the smoke check after the install decides")
-        if rules.windows_releases and pinned not in rules.windows_releases:
-            newest = max(rules.windows_releases)
-            works = newest_windows_torch(rules)
-            return TritonRequirement(
-                package, None, pinned, source, reason,
-                blocked=(f"torch {label} needs Triton {pinned[0]}.{pinned[1]}; {package} has "
-                         f"no {pinned[0]}.{pinned[1]} release yet (newest: {newest[0]}."
-                         f"{newest[1]})" + (f"; the newest torch that works on Windows is "
-                                            f"{works}" if works else "")),
-                blocked_code="SD147",
-                blocked_fix=(f"Keep torch {works} until {package} {pinned[0]}.{pinned[1]} is "
-                             "released, then run `sagedoctor index refresh`" if works else
-                             "Run `sagedoctor index refresh` once it is released"))
-    else:
-        return TritonRequirement(package, None, None, "unknown", "",
-                                 blocked=f"torch {label}: no triton-windows pairing known",
-                                 blocked_code="SD202")
-    window_minor = _lower_minor(spec)
-    turing = [g for g in gpus if g.compute_capability == "7.5"]
-    if not turing:
-        return TritonRequirement(package, spec, window_minor, source, reason)
-    lower = _lower_bound(spec)
-    if lower is not None and rules.turing_spec.contains(lower, prereleases=True):
-        return TritonRequirement(
-            package, spec, window_minor, source,
-            reason + f"; {_gpu_name(turing[0])} also needs Triton "
-            f"{spec_text(rules.turing_spec)} (Triton dropped Turing in 3.3), which it is")
-    if len(turing) < len(gpus):  # other GPUs still use it; the Turing ones stay on PyTorch
-        return TritonRequirement(package, spec, window_minor, source, reason,
-                                 turing_left_out=tuple(turing))
-    old = newest_turing_torch(rules)
-    return TritonRequirement(
-        package, None, window_minor, source, reason,
-        blocked=(f"{_gpu_name(turing[0])} needs Triton {spec_text(rules.turing_spec)} (Triton "
-                 f"dropped Turing in 3.3); torch {label} needs Triton {spec_text(spec)}: no "
-                 "Triton serves both"),
-        blocked_code="SD146",
-        blocked_fix=(f"Use a torch {old} line (triton-windows "
-                     f"{spec_text(_pair_spec(rules, old))}) for this GPU, or an RTX 30xx or "
-                     "newer GPU" if old else "Use an RTX 30xx or newer GPU"))
-
-
-def _lower_bound(spec: SpecifierSet) -> str | None:
-    return next((s.version for s in spec if s.operator == ">="), None)
-
-
-def _lower_minor(spec: SpecifierSet) -> tuple[int, int] | None:
-    return compat.minor_of(_lower_bound(spec))
-
-
-def _pair_spec(rules: TritonRules, torch_minor: str) -> SpecifierSet:
-    pair = rules.pair_for(torch_minor)
-    assert pair is not None and pair.windows is not None
-    return pair.windows
-
-
-def newest_windows_torch(rules: TritonRules) -> str | None:
-    """The newest torch minor with a triton-windows pairing that has a release."""
-    for pair in sorted(rules.pairs, key=lambda p: p.torch, reverse=True):
-        minor = _lower_minor(pair.windows) if pair.windows else None
-        if minor and pair.torch not in rules.windows_unknown and (
-                not rules.windows_releases or minor in rules.windows_releases):
-            return f"{pair.torch[0]}.{pair.torch[1]}"
-    return None
-
-
-def newest_turing_torch(rules: TritonRules) -> str | None:
-    """The newest torch minor whose triton-windows pairing still supports Turing."""
-    for pair in sorted(rules.pairs, key=lambda p: p.torch, reverse=True):
-        lower = _lower_bound(pair.windows) if pair.windows else None
-        if lower and rules.turing_spec.contains(lower, prereleases=True):
-            return f"{pair.torch[0]}.{pair.torch[1]}"
-    return None
-
-
-# --- the C++ standard of a source build ---------------------------------------------------
-
-def cxx_standard_for(torch: TorchFacts) -> tuple[int, str]:
-    """The C++ standard an extension for this torch must be built with, and why: the guard in
-    its ATen.h where the probe read it, else the torch version (2.14 made C++20 mandatory)."""
-    version = compat.parse_version(torch.version)
-    label = ".".join(map(str, version.release[:2])) if version else torch.version
-    if torch.cxx_standard is not None:
-        return torch.cxx_standard, f"torch {label} requires it; read from its ATen.h"
-    if version is not None and version.release[:2] >= (2, 14):
-        return 20, f"torch {label} requires it"
-    return 17, f"torch {label} builds with it"
-
-
-# gcc accepts -std=c++20 since 10; nvcc since CUDA 12.0 (C++20 dialect support).
-MIN_GCC_FOR = {20: "10", 17: "7"}
-MIN_NVCC_FOR = {20: "12.0", 17: "11.0"}
-
-
-def cxx_toolchain_problems(standard: int, gcc: str | None, nvcc: str | None) -> list[str]:
-    """What stops a C++`standard` build with these compilers (nothing known: no complaint)."""
+def usable_gpus(gpus: Iterable[Gpu], os_name: str) -> list[Gpu]:
+    """NVIDIA GPUs SageAttention 2 can run on: sm80+ except Orin; sm75 only on Windows."""
     out = []
-    for name, have, need in (("gcc", gcc, MIN_GCC_FOR.get(standard)),
-                             ("nvcc", nvcc, MIN_NVCC_FOR.get(standard))):
-        version = compat.parse_version(have)
-        if need and version is not None and version < Version(need):
-            out.append(f"{name} {have} cannot compile C++{standard} (needs {name} >= {need})")
+    for gpu in gpus:
+        cc = cc_tuple(gpu.compute_capability)
+        if gpu.vendor != "nvidia" or cc is None or cc == (8, 7):
+            continue
+        if cc >= (8, 0) or (cc == (7, 5) and os_name == "windows"):
+            out.append(gpu)
     return out

@@ -1,55 +1,17 @@
 """Requirements computed once, as data, for `check` and `plan` to render each its own way.
 
 `check` turns each into a finding with its fix, `resolve` into a step or a block: the runtime
-present, the verification current (where the start-up hook depends on it), the GPUs an install
-route serves and those it ignores, the installed wheel free of known problems, InvokeAI switched
-over. Pure: facts and the index in, plain values out.
+present, the verification current (where the start-up hook depends on it), the installed
+wheel free of known problems, InvokeAI switched over, an interrupted install described. Pure:
+facts and the index in, plain values out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from packaging.version import Version
-
 from .. import __version__
-from ..facts import Facts, Gpu, InterruptedInstall, TargetFacts, VerificationFacts
+from ..facts import Facts, InterruptedInstall, TargetFacts, VerificationFacts
 from ..index import WheelIndex
-from . import versions as compat
-
-# --- the GPUs an install route serves ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GpuService:
-    """Of the GPUs SageAttention runs on, which the OS's install route carries kernels for."""
-
-    served: tuple[Gpu, ...]
-    unserved: tuple[Gpu, ...]
-    code: str  # the finding that says "none served": SD203 (Windows wheels), SD205 (build)
-
-
-def windows_wheel_archs(index: WheelIndex, cuda: str | None) -> frozenset[str]:
-    """Compute capabilities the fork's Windows wheels for this CUDA carry kernels for."""
-    archs = set(index.windows_archs)
-    version = compat.parse_version(cuda)
-    if version is not None and version >= Version("12.8"):
-        archs |= set(index.windows_archs_cuda_12_8)
-    return frozenset(archs)
-
-
-def gpu_service(usable: list[Gpu], os_name: str, index: WheelIndex,
-                wheel_cuda: str | None) -> GpuService:
-    """`usable`: the GPUs SageAttention itself supports here (diagnose.usable_gpus)."""
-    if os_name == "windows":
-        covered = windows_wheel_archs(index, wheel_cuda)
-        code = "SD203"
-    else:
-        covered = frozenset(index.build.archs)
-        code = "SD205"
-    served = tuple(g for g in usable if g.compute_capability in covered)
-    return GpuService(served, tuple(g for g in usable if g not in served), code)
-
+from .versions import public_version
 
 # --- the runtime ---------------------------------------------------------------------------
 
@@ -62,9 +24,6 @@ def runtime_shortfall(target: TargetFacts, runtime_version: str = __version__) -
 
 
 # --- the verification the start-up hook relies on --------------------------------------------
-
-def public_version(version: str | None) -> str | None:
-    return version.split("+", 1)[0] if version else None
 
 
 def verification_is_current(record: VerificationFacts, target: TargetFacts) -> bool:
@@ -118,10 +77,6 @@ def invokeai_switch_pending(facts: Facts) -> str | None:
 
 
 # --- an install killed half-way --------------------------------------------------------------
-
-def recovery_fix(venv_arg: str) -> str:
-    return (f"`sagedoctor install {venv_arg}` (it rolls the venv back first) or "
-            f"`sagedoctor uninstall {venv_arg}`")
 
 
 def describe_pending(pending: InterruptedInstall) -> str:

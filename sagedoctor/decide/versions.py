@@ -1,4 +1,5 @@
-"""Compatibility rules as pure functions over plain values (sources: ../shared/facts/)."""
+"""Parsing and comparing versions and local labels: PEP 440 versions, CUDA minors, compute
+capabilities, torch's `+cu130` and SageAttention's `+cu128torch2.9` labels. Pure."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import re
 from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
+
+from ..facts import TorchFacts
 
 
 def parse_version(text: str | None) -> Version | None:
@@ -27,27 +30,6 @@ def minor_of(text: str | None) -> tuple[int, int] | None:
 def cc_tuple(cc: str | None) -> tuple[int, int] | None:
     match = re.fullmatch(r"(\d+)\.(\d+)", cc or "")
     return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-# --- the NVIDIA driver ---------------------------------------------------------------------
-
-def min_driver_for_cuda(cuda_major: int, os_name: str) -> str | None:
-    """Minimum driver for a CUDA major (NVIDIA's minor-version compatibility table)."""
-    windows = os_name == "windows"
-    if cuda_major >= 13:
-        return "580"
-    if cuda_major == 12:
-        return "528.33" if windows else "525.60.13"
-    if cuda_major == 11:
-        return "452.39" if windows else "450.80.02"
-    return None
-
-
-def driver_satisfies(driver: str, minimum: str) -> bool | None:
-    have, need = parse_version(driver), parse_version(minimum)
-    if have is None or need is None:
-        return None
-    return have >= need
 
 
 # --- torch builds ---------------------------------------------------------------------------
@@ -89,16 +71,6 @@ def torch_build(
     if local in ("", "cpu") or local.startswith("cpu"):
         return TorchBuild("cpu", None, label)
     return TorchBuild("other", None, label)
-
-
-def torch_min_cc(cuda: str | None) -> tuple[int, int] | None:
-    """Oldest GPU a torch CUDA wheel carries kernels for: cu128 and cu130 start at Turing."""
-    version = parse_version(cuda)
-    if version is None:
-        return None
-    if version >= Version("12.8"):
-        return (7, 5)
-    return (5, 0)
 
 
 # --- SageAttention -----------------------------------------------------------------------
@@ -154,15 +126,9 @@ def sage_serves_torch(build: SageBuild, torch_version: str) -> bool:
     return have[:2] == build.torch[:2]
 
 
-def required_sage_modules(cc: str) -> tuple[str, ...]:
-    """Compiled modules the default kernel for this GPU needs (besides `_fused`)."""
-    value = cc_tuple(cc)
-    if value is None:
-        return ()
-    if value in ((8, 0), (8, 6), (8, 7)):
-        return ("_qattn_sm80",)
-    if value == (9, 0):
-        return ("_qattn_sm90",)
-    if value in ((8, 9), (10, 0), (12, 0), (12, 1)):
-        return ("_qattn_sm89",)
-    return ()
+def public_version(version: str | None) -> str | None:
+    return version.split("+", 1)[0] if version else None
+
+
+def torch_build_of(torch: TorchFacts) -> TorchBuild:
+    return torch_build(torch.version, torch.full_version, torch.cuda, torch.hip)

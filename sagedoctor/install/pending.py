@@ -10,7 +10,8 @@ import stat
 from pathlib import Path
 
 from .. import exit_codes
-from ..decide.requirements import describe_pending, recovery_fix
+from ..decide.fixes import recovery_fix
+from ..decide.requirements import describe_pending
 from ..errors import SagedoctorError
 from ..facts import InterruptedInstall
 from .lock import pid_alive, venv_state_dir

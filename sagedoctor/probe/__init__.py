@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import __version__
 from ..comfyui import find_comfyui, locate_comfyui
-from ..decide.areas import AREAS
+from ..decide.findings import AREAS
 from ..errors import SagedoctorError, TargetError
 from ..facts import ComfyUIFacts, Facts, InvokeAIFacts, ProbeFailure
 from ..settings import number_from_env

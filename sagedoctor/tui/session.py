@@ -11,10 +11,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..decide.areas import AREAS
 from ..decide.assess import assess
-from ..decide.findings import Finding
-from ..decide.resolve import ResolveOptions, resolve_plan
+from ..decide.findings import AREAS, Finding
+from ..decide.resolve import resolve_plan
+from ..decide.resolve.steps import ResolveOptions
 from ..facts import Facts, TargetFacts, load_facts_file
 from ..index import WheelIndex, load_index
 from ..install.runlog import default_log_dir

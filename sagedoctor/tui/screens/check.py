@@ -12,8 +12,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from ...decide.areas import AREAS
 from ...decide.checks import diagnose
+from ...decide.findings import AREAS
 from ...errors import SagedoctorError
 from ...facts import Facts
 from ...render import summary_line

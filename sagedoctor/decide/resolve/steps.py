@@ -1,0 +1,162 @@
+"""What every plan shares, whatever the OS: its options, the clean-up of leftovers first, the
+runtime and the verify last, and the roll-back of an interrupted install. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.tags import cpython_tags
+from packaging.version import Version
+
+from ... import __version__
+from ...facts import Facts, Gpu, TargetFacts
+from ...plan import Step
+from ..matrix import required_sage_modules
+from ..requirements import (
+    describe_pending,
+    hooked_but_unverified,
+    invokeai_sage_choice,
+    invokeai_switch_pending,
+    runtime_shortfall,
+)
+from ..versions import (
+    cc_tuple,
+    parse_sage_local,
+    parse_version,
+    sage_serves_torch,
+    torch_build_of,
+)
+
+RUNTIME_DIST = "sagedoctor-runtime"
+
+
+@dataclass(frozen=True)
+class ResolveOptions:
+    source_dir: str | None = None  # build this folder instead of the pinned commit (Linux)
+    use_linux_indexes: bool = True
+    enable_invokeai: bool = True
+    runtime_version: str = __version__
+    # post-update: the installed build stopped working (it no longer imports after a torch
+    # change), so it is replaced even where its files look complete.
+    rebuild: bool = False
+
+
+def wheel_tags(target: TargetFacts) -> tuple[str, ...]:
+    if target.tags:
+        return target.tags
+    version = parse_version(target.python_version)
+    if version is None:
+        return ()
+    return tuple(str(t) for t in cpython_tags(version.release[:2], platforms=["win_amd64"]))
+
+
+def public_label(version: str) -> str:
+    parsed = parse_version(version)
+    return parsed.public if parsed else version
+
+
+def cc_list(gpus: list[Gpu]) -> list[str]:
+    return sorted({g.compute_capability for g in gpus if g.compute_capability},
+                  key=lambda cc: cc_tuple(cc) or (0, 0))
+
+
+def nvidia_gpus(facts: Facts) -> tuple[Gpu, ...]:
+    return facts.gpu.nvidia if facts.gpu else ()
+
+
+def cuda_home_of(facts: Facts) -> str | None:
+    # Only a validated folder (bin/nvcc and include/cuda_runtime.h): nvcc's parent's parent
+    # may be /usr/local of a wrapper script, whose missing headers fail the build late.
+    return facts.toolchain.cuda_home if facts.toolchain else None
+
+
+def cleanup_steps(target: TargetFacts) -> list[Step]:
+    steps: list[Step] = []
+    sage = target.sageattention
+    if sage is not None and (parse_version(sage.version) or Version("0")).major == 1:
+        steps.append(Step(
+            "uninstall", "Uninstall SageAttention 1",
+            f"sageattention {sage.version} is SageAttention 1 (PyPI); SageAttention 2 uses the "
+            "same import name", distributions=("sageattention",)))
+    if sage is not None and sage.leftovers:
+        steps.append(Step(
+            "remove-leftovers", "Remove stale SageAttention eggs",
+            "old `setup.py install` leftovers shadow the installed package",
+            paths=sage.leftovers))
+    return steps
+
+
+def final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
+                 changed: bool) -> tuple[list[Step], list[str]]:
+    steps: list[Step] = []
+    notes: list[str] = []
+    shortfall = runtime_shortfall(target, options.runtime_version)
+    if shortfall is not None:
+        steps.append(Step(
+            "bundle-runtime", f"Install the SDPA-routing runtime {options.runtime_version}",
+            f"{shortfall}; the runtime routes attention to SageAttention only where it "
+            "was proven correct and faster", distributions=(RUNTIME_DIST,),
+            requirement=f"{RUNTIME_DIST}=={options.runtime_version}"))
+    package = target.invokeai
+    inv = facts.invokeai
+    if options.enable_invokeai and package is not None and inv is not None:
+        choice = invokeai_switch_pending(facts)
+        if invokeai_sage_choice(facts) is not None:
+            if choice is not None:
+                steps.append(Step(
+                    "enable-invokeai", f"Set attention_backend: {choice} in invokeai.yaml",
+                    f"InvokeAI {package.version} has an attention_backend setting",
+                    paths=(inv.config_path,) if inv.config_path else (),
+                    config=(("attention_backend", choice),)))
+        else:
+            notes.append(f"InvokeAI {package.version} has no attention_backend setting: "
+                         "`sagedoctor enable` turns the runtime on through a start-up hook")
+    if inv is not None and inv.attention_type == "sliced":
+        notes.append(f"{inv.config_path} sets attention_type: sliced; SD1.5/SDXL then never "
+                     "call SDPA, so the runtime cannot speed them up (set it to auto)")
+    if changed or steps:
+        steps.append(Step("verify", "Verify in the target venv",
+                          "check every kernel against SDPA on each GPU and time it"))
+    elif hooked_but_unverified(facts):
+        steps.append(Step("verify", "Verify in the target venv",
+                          "the start-up hook is on and no verify covers the build installed "
+                          "now, so the runtime keeps SageAttention off until one passes"))
+    return steps, notes
+
+
+def recover_steps(facts: Facts) -> tuple[list[Step], list[str]]:
+    """A journal a killed install left (SD199): the install rolls the venv back before
+    anything else, then plans again from the venv as it is then."""
+    pending = facts.interrupted_install
+    if pending is None:
+        return [], []
+    step = Step("recover", "Roll back the interrupted install",
+                f"{describe_pending(pending)}; the rollback comes before anything else",
+                paths=(pending.journal,))
+    return [step], ["the steps after the rollback are planned again by `sagedoctor install` "
+                    "from the venv as the rollback leaves it"]
+
+
+def sage_build_fits(target: TargetFacts, gpus: list[Gpu]) -> bool:
+    """SageAttention 2 whose label (if any) matches torch, with every module the GPUs need:
+    what `check` asks of a build (SD162, SD163, SD164)."""
+    sage = target.sageattention
+    if sage is None or target.torch is None:
+        return False
+    version = parse_version(sage.version)
+    if version is None or version.major != 2:
+        return False
+    label = parse_sage_local(sage.version)
+    if label is not None:
+        build = torch_build_of(target.torch)
+        if label.cuda_major != build.cuda_major or not sage_serves_torch(
+                label, target.torch.version):
+            return False
+    return modules_complete(sage.compiled_modules, gpus)
+
+
+def modules_complete(modules: tuple[str, ...], gpus: list[Gpu]) -> bool:
+    have = set(modules)
+    needed = {"_fused"} | {m for g in gpus
+                           for m in required_sage_modules(g.compute_capability or "")}
+    return needed <= have

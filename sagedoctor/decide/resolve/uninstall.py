@@ -1,0 +1,115 @@
+"""What `sagedoctor uninstall` removes and restores: the start-up hook, the runtime, the venv's
+sagedoctor folder, a triton-windows we replaced, InvokeAI's backend setting, sageattention with
+--all. Pure: the facts of what is installed in, a Plan (or why not) out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...facts import InterruptedInstall, TargetFacts
+from ...plan import Blocked, Plan, Step
+from ...state import InstallRecord
+from ..findings import finding
+from ..requirements import (
+    describe_pending,
+)
+from ..versions import (
+    parse_version,
+)
+from .steps import RUNTIME_DIST
+
+BACKEND_KEY = "attention_backend"
+
+
+@dataclass(frozen=True)
+class EditedConfig:
+    """invokeai.yaml as uninstall found it: where, its attention_backend, and whether it is
+    still exactly as sagedoctor's recorded edit left it."""
+
+    path: str
+    backend: str | None
+    as_edited: bool
+
+
+@dataclass(frozen=True)
+class UninstallFacts:
+    """What uninstall reads before deciding: the venv, sagedoctor's record of what it
+    installed and replaced, and which of its files exist."""
+
+    target: TargetFacts | None
+    os: str = ""  # platform.system().lower(), as SystemFacts names it
+    record: InstallRecord | None = None
+    hook: str | None = None  # the start-up hook .pth, where it exists
+    records: str | None = None  # the <venv>/sagedoctor folder, where it exists
+    config: EditedConfig | None = None
+    interrupted: InterruptedInstall | None = None
+
+
+def resolve_uninstall(facts: UninstallFacts, everything: bool) -> Plan | Blocked:
+    """What uninstall does, in order, and what it leaves (with why); records last. Pure."""
+    target = facts.target
+    if target is None:
+        return Blocked((finding("SD190", "error", "the target environment was not inspected",
+                                area="python", title="Could not check python"),))
+    steps: list[Step] = []
+    notes: list[str] = []
+    if facts.interrupted is not None:
+        steps.append(Step("recover", "Roll back the interrupted install",
+                          f"{describe_pending(facts.interrupted)}; the rollback comes first, "
+                          "then uninstall reads what sagedoctor left anew",
+                          paths=(facts.interrupted.journal,)))
+    if facts.hook is not None:
+        steps.append(Step("remove-hook", f"remove the start-up hook {facts.hook}",
+                          "without it no interpreter of the venv arms the runtime",
+                          paths=(facts.hook,)))
+    config = facts.config
+    if config is not None and "sage" in (config.backend or "").lower():
+        setting = ((BACKEND_KEY, config.backend or ""),)
+        if not everything:
+            notes.append(f"{config.path} keeps {BACKEND_KEY}: {config.backend} (pass --all "
+                         "to take it out with sageattention)")
+        elif config.as_edited:
+            steps.append(Step(
+                "restore-invokeai", f"put back {config.path} as it was before sagedoctor set "
+                f"{BACKEND_KEY}: {config.backend} (unchanged since)",
+                "nothing changed the file since sagedoctor's edit, so its backup is the "
+                "user's own file", paths=(config.path,), config=setting))
+        else:
+            steps.append(Step(
+                "unset-invokeai-key", f"remove {BACKEND_KEY}: {config.backend} from "
+                f"{config.path} (the rest of the file kept; a backup beside it)",
+                "the file changed since sagedoctor's edit: only the key goes",
+                paths=(config.path,), config=setting))
+    if target.runtime is not None:
+        steps.append(Step("uninstall", f"uninstall {RUNTIME_DIST} {target.runtime}",
+                          "sagedoctor's SDPA-routing runtime", distributions=(RUNTIME_DIST,)))
+    record = facts.record
+    old_triton = record.replaced.get("triton-windows") if record else None
+    if old_triton and parse_version(old_triton) is None:
+        notes.append(f"the record's triton-windows {old_triton!r:.40} is not a version: it is "
+                     "not put back")
+        old_triton = None
+    if old_triton and target.triton_windows != old_triton:
+        steps.append(Step(
+            "put-back", f"put back triton-windows {old_triton} (sagedoctor replaced it with "
+            f"{target.triton_windows or 'nothing'})",
+            "the user's own version before sagedoctor's install, through uv",
+            distributions=("triton-windows",), requirement=f"triton-windows=={old_triton}"))
+    sage = target.sageattention
+    if sage is not None:
+        ours = record is not None and "sageattention" in record.installed
+        if everything:
+            steps.append(Step("uninstall", f"uninstall sageattention {sage.version}"
+                              + ("" if ours else " (not installed by sagedoctor)"),
+                              "--all: SageAttention goes too", distributions=("sageattention",)))
+        else:
+            notes.append(f"sageattention {sage.version} stays (pass --all to remove it too)")
+    if old_triton and sage is not None and not everything:
+        notes.append(f"triton-windows {old_triton} may not be the one sageattention was "
+                     "verified with: run `sagedoctor check`")
+    if facts.records is not None:
+        steps.append(Step("remove-records", f"remove {facts.records} (records, verification)",
+                          "last, so a failed step before it leaves them for the next run",
+                          paths=(facts.records,)))
+    return Plan(python=target.executable, prefix=target.prefix, os=facts.os,
+                steps=tuple(steps), notes=tuple(notes), purpose="uninstall")
