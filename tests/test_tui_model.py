@@ -16,7 +16,7 @@ from sagedoctor.install.runner import InstallError
 from sagedoctor.plan import Plan, Step
 from sagedoctor.probe import ProbeOptions, collect_facts
 from sagedoctor.tui.cancel import InstallCancelled, cancelled_in
-from sagedoctor.tui.model import area_row, plan_summary, step_progress, verdict_line
+from sagedoctor.tui.model import area_row, plan_summary, verdict_line
 from sagedoctor.verify import key_results, verdict
 from tests.standins import add_torch, fake_nvidia_smi, make_venv
 
@@ -32,14 +32,6 @@ def test_area_row_names_the_problem_and_its_fix() -> None:
     assert row.fix == sd162.fix and "SD162" in row.details()
     assert area_row("torch", findings).state == "ok"
     assert area_row("torch", []).line == "not checked"
-
-
-@pytest.mark.parametrize(("message", "expected"), [
-    ("[2/4] Install x", (2, 4)), ("[10/12] preparing: y", (10, 12)),
-    ("downloading https://x/[1/2]", None), ("sha256 abc", None)])
-def test_step_progress_reads_the_executors_step_lines(message: str,
-                                                     expected: tuple[int, int] | None) -> None:
-    assert step_progress(message) == expected
 
 
 def test_plan_summary_counts_a_replaced_distribution_once() -> None:

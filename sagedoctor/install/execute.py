@@ -26,6 +26,22 @@ from packaging import tags as packaging_tags
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from ..events import (
+    DigestChecked,
+    DownloadFinished,
+    DownloadProgress,
+    DownloadStarted,
+    Event,
+    Note,
+    OnEvent,
+    RollbackFinished,
+    RollbackStarted,
+    SmokeResult,
+    SmokeStarted,
+    StepFinished,
+    StepStarted,
+    step_lines,
+)
 from ..invokeai import (
     ConfigEdit,
     apply_settings,
@@ -70,8 +86,7 @@ from .transaction import (
 )
 from .wheelcheck import check_wheel, landing_paths
 
-Progress = Callable[[str], None]
-BytesProgress = Callable[[str, int, int | None], None]  # (file name, received, size or None)
+Progress = Callable[[str], None]  # each event's text (events.step_lines): the CLI's lines
 DEFAULT_INDEX = "https://pypi.org/simple/"
 GITHUB_API = "https://api.github.com"
 REPORT_EVERY_S = 15.0  # progress on a long download or build, so it never looks hung
@@ -124,10 +139,6 @@ def _local(url: str) -> str | None:
     return host if host in LOCAL_HOSTS else None
 
 
-def _mib(size: int) -> str:
-    return f"{size / (1 << 20):.1f} MiB"
-
-
 def _pinned(requirement: str) -> bool:
     spec = list(Requirement(requirement).specifier)
     return len(spec) == 1 and spec[0].operator in ("==", "===") and "*" not in spec[0].version
@@ -139,7 +150,7 @@ class Executor:
                  state_root: Path | None = None, source_url: str | None = None,
                  github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S,
                  report_every: float = REPORT_EVERY_S,
-                 on_bytes: BytesProgress | None = None,
+                 on_event: OnEvent | None = None,
                  cancel: threading.Event | None = None, log_name: str | None = None) -> None:
         self.plan = plan
         self.python = Path(plan.python)
@@ -154,7 +165,7 @@ class Executor:
         self.github_api = github_api
         self.smoke_timeout = smoke_timeout
         self.report_every = report_every
-        self.on_bytes = on_bytes  # a download's bytes as they arrive (the TUI's rate)
+        self.on_event = on_event  # every event as data (the TUI's bars), after its text
         self.cancel = cancel  # set: a running build is stopped (see build_wheel)
         self.log_name = log_name  # None: install-<time>-<pid>.log
         # uninstall changes packages through uv only: a uv-made venv has no pip
@@ -171,7 +182,17 @@ class Executor:
 
     # --- the run ----------------------------------------------------------------------------
 
+    def emit(self, event: Event) -> None:
+        """An event: its text to the log and `progress`, then the event to `on_event`."""
+        for line in step_lines(event):
+            self._line(line)
+        if self.on_event is not None:
+            self.on_event(event)
+
     def say(self, message: str) -> None:
+        self.emit(Note(message))
+
+    def _line(self, message: str) -> None:
         if self.log is not None and self.log.failure is None:
             self.log.write(message)
             if self.log.failure is not None:
@@ -277,7 +298,7 @@ class Executor:
         for number, step in enumerate(self.plan.steps, 1):
             if step.action not in PACKAGE_ACTIONS:
                 continue
-            self.say(f"[{number}/{total}] preparing: {step.title}")
+            self.emit(StepStarted(number, total, step.title, preparing=True))
             try:
                 wheel = self._prepare(step, runtime_version, use_build)
                 check_wheel(wheel)
@@ -323,25 +344,23 @@ class Executor:
                 self.say(f"{name}: {why}")
         folder = self.work / "downloads"
         folder.mkdir(parents=True, exist_ok=True)
-        self.say(f"downloading {url}")
+        self.emit(DownloadStarted(name, url))
         began = time.monotonic()
 
         def report(done: int, total: int | None) -> None:
-            of = f" of {_mib(total)} ({100 * done / total:.0f}%)" if total else ""
-            self.say(f"downloading {name}: {_mib(done)}{of}, "
-                     f"{time.monotonic() - began:.0f} s")
+            self.emit(DownloadProgress(name, done, total, time.monotonic() - began, report=True))
 
-        on_bytes = self.on_bytes
+        def on_bytes(received: int, size: int | None) -> None:
+            self.emit(DownloadProgress(name, received, size, time.monotonic() - began))
+
         got = download(url, folder / name, expected, allow_http_host=_local(url),
                        report=report, report_every=self.report_every,
-                       on_bytes=None if on_bytes is None else
-                       (lambda received, size: on_bytes(name, received, size)))
+                       on_bytes=None if self.on_event is None else on_bytes)
         size = (folder / name).stat().st_size
         self.downloaded_bytes += size
-        self.say(f"downloaded {name}: {_mib(size)} in {time.monotonic() - began:.1f} s")
+        self.emit(DownloadFinished(name, size, time.monotonic() - began))
         path = self.cache.store(folder / name, name, got, url)
-        self.say(f"sha256 {got} ({how if expected else 'measured on first download'}; "
-                 f"stored in the cache)")
+        self.emit(DigestChecked(got, how if expected else "measured on first download"))
         return path
 
     def _from_index(self, index_url: str, requirement: str) -> Path:
@@ -394,7 +413,7 @@ class Executor:
         assert self.log is not None and self.journal is not None
         build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=self.work))
         journal = self.journal
-        wheel = build_wheel(self.python, settings, source, build_dir, self.log.path, self.say,
+        wheel = build_wheel(self.python, settings, source, build_dir, self.log.path, self.emit,
                             self.installer, started=lambda pid: journal.write(build_pgid=pid),
                             report_every=self.report_every, cancel=self.cancel,
                             patched=self.build_patches)
@@ -470,12 +489,12 @@ class Executor:
 
     def _roll_back_and_raise(self, exc: BaseException) -> None:
         assert self.journal is not None
-        self.say(f"rolling back: {exc}")
+        self.emit(RollbackStarted(str(exc)))
         try:  # invokeai.yaml too: it is in the journal, as it is for a killed run's recovery
             state = roll_back(self.journal.data, self.say)
         except RollbackIncomplete as failed:
             raise failed from exc
-        self.say(state)
+        self.emit(RollbackFinished(state))
         undone = (f"Rolled back ({'; '.join(self.done)} undone)" if self.done
                   else "Rolled back what the failed step had changed")
         if isinstance(exc, InstallError):
@@ -493,13 +512,14 @@ class Executor:
         for number, step in enumerate(self.plan.steps, 1):
             if step.action in ("verify", "recover"):
                 continue  # the caller verifies, after the proof; the recovery ran on entry
-            self.say(f"[{number}/{total}] {step.title}")
+            self.emit(StepStarted(number, total, step.title))
             try:
                 self._step(step, prepared.get(number), moves)
             except InstallError as exc:
                 raise type(exc)(f"step {number} ({step.title}) failed: {exc.message}",
                                 exc.fix) from exc
             self.done.append(step.title)
+            self.emit(StepFinished(number, total, step.title))
 
     def _step(self, step: Step, wheel: Path | None, moves: list[tuple[str, str]]) -> None:
         with deferred():  # a signal waits for uv to finish; the rollback follows at once
@@ -565,20 +585,20 @@ class Executor:
     def _smoke(self) -> None:
         if self._sage_step() is None:
             return
-        self.say("smoke check: sageattn() against SDPA on each GPU")
+        self.emit(SmokeStarted())
         result = run_smoke(self.python, self.smoke_timeout)
+        self.emit(SmokeResult(result.ok, result.summary))
         if not result.ok:
             raise SmokeCheckFailed(f"the smoke check found the installed sageattn() wrong: "
                                    f"{result.summary}", "its wheel is not used")
-        self.say(f"smoke check passed: {result.summary}")
 
 
 def execute_plan(plan: Plan, progress: Progress, log_dir: Path, runtime_version: str, *,
                  cache_dir: Path | None = None, offline: bool = False,
                  source_url: str | None = None, state_root: Path | None = None,
-                 on_bytes: BytesProgress | None = None,
+                 on_event: OnEvent | None = None,
                  cancel: threading.Event | None = None, log_name: str | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="sagedoctor-") as tmp:
         Executor(plan, progress, Path(tmp), log_dir, cache_dir=cache_dir, offline=offline,
-                 source_url=source_url, state_root=state_root, on_bytes=on_bytes,
+                 source_url=source_url, state_root=state_root, on_event=on_event,
                  cancel=cancel, log_name=log_name).run(runtime_version)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from ..events import BuildFinished, BuildHeartbeat, BuildStarted, Note, OnEvent
 from ..plan import BuildSettings
 from ..proc import run_tool
 from .runner import Installer, InstallError
@@ -32,7 +33,6 @@ _CHECK_TOOLS = "import setuptools, wheel, packaging\n"
 _SCRUB = ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "EXT_PARALLEL", "NVCC_APPEND_FLAGS",
           "SAGEATTN_SKIP_CUDA_BUILD", "PYTHONPATH")
 
-Progress = Callable[[str], None]
 
 # A quoted -std= flag in setup.py, as upstream writes its CXX_FLAGS and NVCC_FLAGS.
 _STD_FLAG = re.compile(r"""(?P<q>["'])-std=(?P<dialect>c|gnu)\+\+(?P<n>\d\d)(?P=q)""")
@@ -98,7 +98,7 @@ def _tools_present(python: Path) -> bool:
 
 
 def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
-                log_path: Path, progress: Progress, installer: Installer,
+                log_path: Path, emit: OnEvent, installer: Installer,
                 started: Callable[[int], None] | None = None,
                 report_every: float = 15.0,
                 cancel: threading.Event | None = None,
@@ -116,19 +116,17 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
     if patched is not None:
         patched += patches  # for the install record
     if patches:
-        progress(f"C++{settings.cxx_standard}, as torch's headers demand: patched the build's "
-                 f"copy ({'; '.join(patches)}); {source} is unchanged")
+        emit(Note(f"C++{settings.cxx_standard}, as torch's headers demand: patched the "
+                  f"build's copy ({'; '.join(patches)}); {source} is unchanged"))
     tools_dir = None
     if not _tools_present(python):
         tools_dir = work / "build-tools"
-        progress(f"installing build tools into {tools_dir} (not into the venv)")
+        emit(Note(f"installing build tools into {tools_dir} (not into the venv)"))
         installer.install_into(tools_dir, list(settings.build_requires))
     out_dir = work / "wheel"
     out_dir.mkdir()
     env = build_environment(os.environ, settings, tools_dir)
-    standard = f" C++{settings.cxx_standard}" if settings.cxx_standard else ""
-    progress("building: " + " ".join(f"{k}={v}" for k, v in settings.env) + standard
-             + f" (log: {log_path})")
+    emit(BuildStarted(tuple(settings.env), settings.cxx_standard, str(log_path)))
     began = time.monotonic()
     with log_path.open("a", encoding="utf-8") as log:
         proc = subprocess.Popen(
@@ -144,8 +142,7 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
 
         def heartbeat() -> None:
             while not stop.wait(report_every):
-                line = f": {latest[0][:120]}" if latest[0] else ""
-                progress(f"still building ({time.monotonic() - began:.0f} s){line}")
+                emit(BuildHeartbeat(time.monotonic() - began, latest[0]))
 
         ticker = threading.Thread(target=heartbeat, daemon=True)
         ticker.start()
@@ -182,7 +179,7 @@ def build_wheel(python: Path, settings: BuildSettings, source: Path, work: Path,
         raise InstallError(f"the build failed after {elapsed:.0f} s (exit {code}): "
                            + " | ".join(tail),
                            f"read {log_path}; the venv was not changed")
-    progress(f"built {wheel_name} in {elapsed:.0f} s" + _peak_rss())
+    emit(BuildFinished(wheel_name, elapsed, _peak_rss()))
     return out_dir / wheel_name
 
 

@@ -3,7 +3,6 @@ KeyResult). No textual here: these are pure and tested without a terminal."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -14,7 +13,6 @@ from ..terminal_text import one_line
 from ..verify import KeyResult
 
 MARKS = {"ok": "✓", "info": "•", "warn": "!", "error": "✗", "unknown": "?", "pending": "…"}
-_STEP_PREFIX = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
 @dataclass(frozen=True)
@@ -215,12 +213,6 @@ def plan_summary(plan: Plan) -> str:
         parts.append("removes " + ", ".join(removed))
     changes = "; ".join(parts) or "changes no distribution"
     return f"{len(plan.steps)} steps: {changes}; nothing else in the venv changes."
-
-
-def step_progress(message: str) -> tuple[int, int] | None:
-    """(step, total) from the executor's "[n/total] title" progress lines."""
-    found = _STEP_PREFIX.match(message)
-    return (int(found[1]), int(found[2])) if found else None
 
 
 # --- verify ----------------------------------------------------------------------------------

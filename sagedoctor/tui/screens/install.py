@@ -21,13 +21,22 @@ from textual.widgets import Footer, Header, Log, ProgressBar, Static
 
 from ... import __version__
 from ...errors import SagedoctorError
+from ...events import (
+    BuildFinished,
+    BuildStarted,
+    DigestChecked,
+    DownloadProgress,
+    DownloadStarted,
+    Event,
+    StepStarted,
+)
 from ...install.execute import execute_plan
 from ...install.runner import InstallError
 from ...install.transaction import describe, file_count, snapshot_differences, take_snapshot
 from ...plan import Plan
 from ...terminal_text import printable
 from ..cancel import InstallCancelled, cancelled_in
-from ..model import clock_text, step_progress, tilde, transfer_line
+from ..model import clock_text, tilde, transfer_line
 from .confirm import ConfirmScreen
 
 if TYPE_CHECKING:
@@ -121,7 +130,7 @@ v    verify on the GPU (once done)     b  back (once done)
         before = self._snapshot()
         try:
             execute_plan(self.plan, self._progress, self.tui.session.log_dir, __version__,
-                         on_bytes=self._bytes, cancel=self.stop_build,
+                         on_event=self._event, cancel=self.stop_build,
                          log_name=self.log_name)
         except SagedoctorError as exc:  # the executor's, or a full disk (SD922)
             self.venv_check = self._compare(before)
@@ -153,11 +162,23 @@ v    verify on the GPU (once done)     b  back (once done)
         return (f"Checked: the venv is as before ({describe(before)}); "
                 f"{file_count(before)} files match their sha256 from before.")
 
-    def _progress(self, message: str) -> None:
-        """Called by the executor (and its build heartbeat thread) for each event."""
+    def _progress(self, line: str) -> None:
+        """Each event's text (events.step_lines), from the executor and its build heartbeat
+        thread: a line of the log pane."""
         if self._should_stop():
             raise InstallCancelled(self.current)
-        self.app.call_from_thread(self._log, message)
+        self.app.call_from_thread(self._log, line)
+
+    def _event(self, event: Event) -> None:
+        """Each event as data, after its text: the bars and the current step."""
+        if isinstance(event, DownloadProgress):
+            self._bytes(event.name, event.received, event.size)
+            return
+        if self._should_stop():
+            raise InstallCancelled(self.current)
+        if isinstance(event, (StepStarted, BuildStarted, BuildFinished, DownloadStarted,
+                              DigestChecked)):
+            self.app.call_from_thread(self._show, event)
 
     def _should_stop(self) -> bool:
         """Raise the cancel once, in the executor's own thread (a heartbeat thread would just
@@ -190,23 +211,24 @@ v    verify on the GPU (once done)     b  back (once done)
         self.query_one("#transfer-text", Static).update(
             transfer_line(received, size, self.tui.clock() - began))
 
-    def _log(self, message: str) -> None:
-        self.query_one("#install-log", Log).write_line(self._short(message))
-        found = step_progress(message)
-        if found is not None:
-            number, _total = found
-            self.current = message.split("] ", 1)[-1]
-            if not self.current.startswith("preparing: "):
+    def _log(self, line: str) -> None:
+        self.query_one("#install-log", Log).write_line(self._short(line))
+        self._tick()
+
+    def _show(self, event: Event) -> None:
+        if isinstance(event, StepStarted):
+            self.current = f"preparing: {event.title}" if event.preparing else event.title
+            if not event.preparing:
                 self.changing.append(self.current)
-            self.query_one("#install-progress", ProgressBar).update(progress=number - 1)
-        elif message.startswith("building: "):
+            self.query_one("#install-progress", ProgressBar).update(progress=event.number - 1)
+        elif isinstance(event, BuildStarted):
             self.build_started = self.tui.clock()
             self.query_one("#transfer-bar", ProgressBar).update(total=None, progress=0)
-        elif message.startswith("built ") and self.build_started is not None:
+        elif isinstance(event, BuildFinished) and self.build_started is not None:
             self._build_ended(f"built in {clock_text(self.tui.clock() - self.build_started)}")
-        elif message.startswith("downloading "):
+        elif isinstance(event, DownloadStarted):
             self.downloading = True
-        elif message.startswith("sha256 "):
+        elif isinstance(event, DigestChecked):
             self.downloading = False
             self._show_transfer()  # the last bytes, whatever the throttle held back
         self._tick()

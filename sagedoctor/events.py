@@ -1,0 +1,160 @@
+"""Progress as data: what a running install (or uninstall, or repair) reports, as frozen
+dataclasses. The executor emits them; `step_lines()` is the one text rendering (the CLI's
+lines, the run's log, the TUI's log pane), and the TUI reads the events themselves for its
+bars, so no front end parses another's text. Pure: no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+def mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
+
+
+@dataclass(frozen=True)
+class StepStarted:
+    """Step `number` of `total` begins: preparing it (a download or a build, before the venv
+    is touched), or carrying it out (the venv changes)."""
+
+    number: int
+    total: int
+    title: str
+    preparing: bool = False
+
+
+@dataclass(frozen=True)
+class StepFinished:
+    number: int
+    total: int
+    title: str
+
+
+@dataclass(frozen=True)
+class DownloadStarted:
+    name: str
+    url: str
+
+
+@dataclass(frozen=True)
+class DownloadProgress:
+    """Bytes of a download so far. `report`: the periodic line a long download prints so it
+    never looks hung (every byte count is also an event, shown by the TUI's bar only)."""
+
+    name: str
+    received: int
+    size: int | None
+    elapsed_s: float
+    report: bool = False
+
+
+@dataclass(frozen=True)
+class DownloadFinished:
+    name: str
+    size: int
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class DigestChecked:
+    """A download's sha256, and how it was checked, once it is stored in the cache."""
+
+    sha256: str
+    how: str
+
+
+@dataclass(frozen=True)
+class BuildStarted:
+    """A source build begins: its environment (`K=V` pairs), C++ standard and log."""
+
+    env: tuple[tuple[str, str], ...]
+    cxx_standard: int | None
+    log_path: str
+
+
+@dataclass(frozen=True)
+class BuildHeartbeat:
+    elapsed_s: float
+    latest_line: str  # the build's last output line ("" before any)
+
+
+@dataclass(frozen=True)
+class BuildFinished:
+    wheel: str
+    elapsed_s: float
+    peak: str  # "; peak memory ..." or ""
+
+
+@dataclass(frozen=True)
+class SmokeStarted:
+    pass
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    passed: bool
+    summary: str
+
+
+@dataclass(frozen=True)
+class RollbackStarted:
+    reason: str
+
+
+@dataclass(frozen=True)
+class RollbackFinished:
+    state: str  # what the venv is now, proven by sha256
+
+
+@dataclass(frozen=True)
+class Note:
+    """Any other line of progress: a cache hit, a lock taken over, a file restored."""
+
+    text: str
+
+
+Event = (StepStarted | StepFinished | DownloadStarted | DownloadProgress | DownloadFinished
+         | DigestChecked | BuildStarted | BuildHeartbeat | BuildFinished | SmokeStarted
+         | SmokeResult | RollbackStarted | RollbackFinished | Note)
+OnEvent = Callable[[Event], None]
+
+
+def step_lines(event: Event) -> tuple[str, ...]:
+    """The text of an event, as the CLI prints it and the log keeps it ("" events: none)."""
+    if isinstance(event, Note):
+        return (event.text,)
+    if isinstance(event, StepStarted):
+        doing = "preparing: " if event.preparing else ""
+        return (f"[{event.number}/{event.total}] {doing}{event.title}",)
+    if isinstance(event, DownloadStarted):
+        return (f"downloading {event.url}",)
+    if isinstance(event, DownloadProgress):
+        if not event.report:
+            return ()
+        of = (f" of {mib(event.size)} ({100 * event.received / event.size:.0f}%)"
+              if event.size else "")
+        return (f"downloading {event.name}: {mib(event.received)}{of}, "
+                f"{event.elapsed_s:.0f} s",)
+    if isinstance(event, DownloadFinished):
+        return (f"downloaded {event.name}: {mib(event.size)} in {event.elapsed_s:.1f} s",)
+    if isinstance(event, DigestChecked):
+        return (f"sha256 {event.sha256} ({event.how}; stored in the cache)",)
+    if isinstance(event, BuildStarted):
+        standard = f" C++{event.cxx_standard}" if event.cxx_standard else ""
+        return ("building: " + " ".join(f"{k}={v}" for k, v in event.env) + standard
+                + f" (log: {event.log_path})",)
+    if isinstance(event, BuildHeartbeat):
+        line = f": {event.latest_line[:120]}" if event.latest_line else ""
+        return (f"still building ({event.elapsed_s:.0f} s){line}",)
+    if isinstance(event, BuildFinished):
+        return (f"built {event.wheel} in {event.elapsed_s:.0f} s{event.peak}",)
+    if isinstance(event, SmokeStarted):
+        return ("smoke check: sageattn() against SDPA on each GPU",)
+    if isinstance(event, SmokeResult):
+        return (f"smoke check passed: {event.summary}",) if event.passed else ()
+    if isinstance(event, RollbackStarted):
+        return (f"rolling back: {event.reason}",)
+    if isinstance(event, RollbackFinished):
+        return (event.state,)
+    return ()  # StepFinished: the next step's line says it
