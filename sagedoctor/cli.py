@@ -43,7 +43,7 @@ def _safe_streams() -> None:
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
     # Escape sequences from outside (a GPU name, a tool's output) never reach the terminal.
-    from .terminal_text import SafeTextStream
+    from .render.terminal_text import SafeTextStream
 
     if not isinstance(sys.stdout, SafeTextStream):
         sys.stdout = SafeTextStream(sys.stdout)

@@ -70,7 +70,7 @@ def hook_on(target: TargetFacts) -> bool:
 
 def refuse_where_site_never_runs(target: TargetFacts, comfyui: ComfyUIFacts | None) -> None:
     """An embedded Python's ._pth without `import site`: no .pth file there ever runs."""
-    from .comfyui import SAGE_FLAG, pth_file_for, pth_imports_site, read_small
+    from .apps.comfyui import SAGE_FLAG, pth_file_for, pth_imports_site, read_small
     from .decide.fixes import target_arg
     from .probe.target import current_os
 

@@ -34,7 +34,7 @@ from sagedoctor.facts import (
 )
 from sagedoctor.index import WheelIndex, shipped_index
 from sagedoctor.plan import Blocked, Plan
-from sagedoctor.render_plan import plan_exit_code
+from sagedoctor.render.plan import plan_exit_code
 
 PROFILES = Path(__file__).parent / "profiles"
 INDEX = shipped_index()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sagedoctor.comfyui import (
+from sagedoctor.apps.comfyui import (
     bat_sets_sage_flag,
     desktop_sets_sage_flag,
     find_comfyui,
@@ -368,7 +368,7 @@ def test_desktop_found_alone_is_the_default_target_and_invokeai_found_too_stays_
 
 def test_enable_says_which_switch_is_on_and_that_the_flag_wins_over_the_hook(
         tmp_path: Path) -> None:
-    from sagedoctor.comfyui import comfyui_ways
+    from sagedoctor.apps.comfyui import comfyui_ways
 
     _base, env = desktop_copy(tmp_path)
     desktop = find_comfyui(None, None, env, tmp_path, "windows")

@@ -26,11 +26,11 @@ def test_readme_test_command_is_what_ci_runs() -> None:
 
 def test_wheel_selection_table_matches_the_shipped_index() -> None:
     from sagedoctor.index import shipped_index
-    from sagedoctor.index_table import rewrite
+    from sagedoctor.index.table import rewrite
 
     page = DOCS / "wheel-selection.md"
     assert rewrite(page, shipped_index()) == page.read_text(encoding="utf-8"), (
-        "run: python -m sagedoctor.index_table docs/wheel-selection.md")
+        "run: python -m sagedoctor.index.table docs/wheel-selection.md")
 
 
 def test_every_error_code_is_documented() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hypothesis import example, given
 
-from sagedoctor.comfyui import (
+from sagedoctor.apps.comfyui import (
     bat_sets_sage_flag,
     desktop_sets_sage_flag,
     locate_comfyui,

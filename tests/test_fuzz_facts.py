@@ -19,7 +19,7 @@ from sagedoctor.errors import FactsFileError
 from sagedoctor.facts import facts_from_dict, load_facts_file
 from sagedoctor.index import shipped_index
 from sagedoctor.plan import Blocked
-from sagedoctor.render import render_text
+from sagedoctor.render.findings import render_text
 from tests.fuzz_support import byte_mutations, fuzz, mutated_json, outcome
 
 PROFILES = Path(__file__).parent / "profiles"

@@ -18,7 +18,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from sagedoctor.index import SHIPPED_INDEX, load_index_file, parse_index, shipped_index
-from sagedoctor.index_refresh import fetch_releases, wheels_from_releases
+from sagedoctor.index.refresh import fetch_releases, wheels_from_releases
 from tests.fuzz_support import (
     byte_mutations,
     fuzz,

@@ -18,8 +18,8 @@ import yaml
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from sagedoctor.apps.invokeai import _read, edited_text, prove_loads
 from sagedoctor.facts import InvokeAIFacts
-from sagedoctor.invokeai import _read, edited_text, prove_loads
 from sagedoctor.probe.invokeai import parse_config, read_config
 from tests.fuzz_support import TRICKY, byte_mutations, fuzz, mutations, outcome
 

@@ -24,7 +24,7 @@ from sagedoctor.decide.versions import (
 )
 from sagedoctor.index import TomlTable, shipped_index
 from sagedoctor.index import parse_windows_wheel as parse_index_row
-from sagedoctor.index_refresh import _torch_range
+from sagedoctor.index.refresh import _torch_range
 from sagedoctor.install.cache import safe_file_name
 from sagedoctor.install.simple_index import _files, choose_wheel
 from tests.fuzz_support import TRICKY, fuzz, mutations, outcome, text_or_junk

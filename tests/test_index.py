@@ -21,7 +21,7 @@ from sagedoctor.index import (
     parse_toml,
     shipped_index,
 )
-from sagedoctor.index_refresh import dump_index
+from sagedoctor.index.refresh import dump_index
 from tests.standins import clean_env, local_server, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from sagedoctor.apps.invokeai import load_edit_record
 from sagedoctor.install.bundle import build_runtime_wheel
 from sagedoctor.install.execute import (
     Executor,
@@ -24,7 +25,6 @@ from sagedoctor.install.execute import (
 )
 from sagedoctor.install.fetch import download, extract_source
 from sagedoctor.install.runner import Installer, InstallError
-from sagedoctor.invokeai import load_edit_record
 from sagedoctor.plan import Step
 from tests.standins import add_dist, clean_env, local_server, run_cli
 from tests.test_install_kit import fake_source, plan, settings_for, torch_venv

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sagedoctor.invokeai import (
+from sagedoctor.apps.invokeai import (
     InvokeAIConfigError,
     InvokeAIConfigRejected,
     InvokeAIRunning,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sagedoctor.apps.invokeai import ProcessInfo, running_processes
 from sagedoctor.facts import InvokeAIFacts
 from sagedoctor.install.preflight import (
     BUILD_NEEDS_BYTES,
@@ -23,7 +24,6 @@ from sagedoctor.install.preflight import (
     preflight_findings,
     run_preflight,
 )
-from sagedoctor.invokeai import ProcessInfo, running_processes
 from sagedoctor.plan import Plan, Step
 from sagedoctor.probe.invokeai import parse_config
 from tests.standins import H200, add_torch, clean_env, fake_nvidia_smi, run_cli

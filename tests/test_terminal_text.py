@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sagedoctor.terminal_text import SafeTextStream, one_line, printable, safe_json
+from sagedoctor.render.terminal_text import SafeTextStream, one_line, printable, safe_json
 from tests.standins import clean_env, fake_nvidia_smi, make_venv, run_cli
 
 PROFILES = Path(__file__).parent / "profiles"

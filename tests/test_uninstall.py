@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from sagedoctor.apps.invokeai import apply_settings, save_edit_record
 from sagedoctor.install.lock import venv_lock, venv_state_dir
 from sagedoctor.install.runner import Installer, InstallError
-from sagedoctor.invokeai import apply_settings, save_edit_record
 from sagedoctor.state import InstallRecord, merged_record, record_install, state_dir
 from sagedoctor.state import read_install_record as read_record
 from tests.standins import (

@@ -12,7 +12,7 @@ from ..decide.checks import diagnose, findings_for_areas
 from ..decide.findings import AREAS, exit_code
 from ..facts import load_facts_file
 from ..probe import ProbeOptions, collect_facts
-from ..render import can_encode_marks, render_json, render_text, use_color
+from ..render.findings import can_encode_marks, render_json, render_text, use_color
 
 
 @dataclass(frozen=True)

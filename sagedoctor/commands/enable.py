@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-from ..comfyui import (
+from ..apps.comfyui import (
     DESKTOP_LAUNCH_ARGS,
     DESKTOP_SETTINGS,
     FLAG_LAUNCHER,

@@ -15,7 +15,7 @@ from ..index import (
     load_index_file,
     user_index_path,
 )
-from ..index_refresh import (
+from ..index.refresh import (
     GITHUB_API,
     PYPI_SIMPLE,
     Coverage,

@@ -12,7 +12,7 @@ from ..install.recover import recover_pending
 from ..install.runlog import default_log_dir
 from ..install.source_url import chosen_source_url
 from ..plan import Blocked
-from ..render_plan import plan_exit_code, render_plan_json, render_plan_text
+from ..render.plan import plan_exit_code, render_plan_json, render_plan_text
 from .plan import PlanOptions, gather
 from .verify import run_verify
 

@@ -14,7 +14,7 @@ from ..facts import Facts, load_facts_file
 from ..index import WheelIndex, load_index
 from ..plan import Blocked, Plan
 from ..probe import ProbeOptions, collect_facts
-from ..render_plan import plan_exit_code, render_plan_json, render_plan_text
+from ..render.plan import plan_exit_code, render_plan_json, render_plan_text
 
 
 @dataclass(frozen=True)

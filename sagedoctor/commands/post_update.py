@@ -189,7 +189,7 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     from ..install.recover import recover_pending
     from ..plan import Blocked
     from ..probe import collect_facts
-    from ..render_plan import render_plan_text
+    from ..render.plan import render_plan_text
     from ..state import forget_routing
 
     target = facts.target

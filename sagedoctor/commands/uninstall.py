@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from ..apps.invokeai import load_edit_record, untouched_since
 from ..decide.resolve.uninstall import BACKEND_KEY, EditedConfig, UninstallFacts, resolve_uninstall
 from ..facts import InvokeAIFacts, TargetFacts
 from ..hook import hook_path
-from ..invokeai import load_edit_record, untouched_since
 from ..plan import Blocked
-from ..render_plan import render_plan_text
+from ..render.plan import render_plan_text
 from ..state import VenvFiles, read_install_record
 
 
@@ -37,7 +37,7 @@ def config_state(prefix: Path, invokeai: InvokeAIFacts | None) -> EditedConfig |
 def _backend_in(path: Path, invokeai: InvokeAIFacts | None) -> str | None:
     if invokeai is not None and invokeai.config_path == str(path):
         return invokeai.attention_backend
-    from ..invokeai import InvokeAIConfigError, read_config_text
+    from ..apps.invokeai import InvokeAIConfigError, read_config_text
 
     try:
         import yaml
@@ -85,10 +85,10 @@ def run_uninstall(target: TargetFacts, *, yes: bool, dry_run: bool, everything: 
             stream.write("Nothing was changed.\n")
             return 1
     from .. import __version__
+    from ..apps.invokeai import refuse_if_running
     from ..install.errors import InstallLocked
     from ..install.execute import execute_plan
     from ..install.runlog import default_log_dir
-    from ..invokeai import refuse_if_running
 
     for step in plan.steps:  # a running InvokeAI rewrites invokeai.yaml: refused up front
         if step.action in ("restore-invokeai", "unset-invokeai-key"):

@@ -26,6 +26,15 @@ from packaging import tags as packaging_tags
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from ..apps.invokeai import (
+    ConfigEdit,
+    apply_settings,
+    enable_invokeai,
+    load_edit_record,
+    refuse_if_running,
+    save_edit_record,
+    undo_edit,
+)
 from ..events import (
     DigestChecked,
     DownloadFinished,
@@ -41,15 +50,6 @@ from ..events import (
     StepFinished,
     StepStarted,
     step_lines,
-)
-from ..invokeai import (
-    ConfigEdit,
-    apply_settings,
-    enable_invokeai,
-    load_edit_record,
-    refuse_if_running,
-    save_edit_record,
-    undo_edit,
 )
 from ..plan import ACTIONS, PACKAGE_ACTIONS, SAGE_ACTIONS, BuildSettings, Plan, Step
 from ..proc import ToolMissing, ToolTimeout

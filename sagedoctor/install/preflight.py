@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import exit_codes
-from ..decide.findings import Finding, finding
-from ..errors import SagedoctorError
-from ..invokeai import (
+from ..apps.invokeai import (
     InvokeAIConfigError,
     ProcessInfo,
     edited_text,
@@ -25,6 +23,8 @@ from ..invokeai import (
     read_config_text,
     running_processes,
 )
+from ..decide.findings import Finding, finding
+from ..errors import SagedoctorError
 from ..plan import CHANGING_ACTIONS, Plan
 
 GIB = 1 << 30

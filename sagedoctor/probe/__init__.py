@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..comfyui import find_comfyui, locate_comfyui
+from ..apps.comfyui import find_comfyui, locate_comfyui
 from ..decide.findings import AREAS
 from ..errors import SagedoctorError, TargetError
 from ..facts import ComfyUIFacts, Facts, InvokeAIFacts, ProbeFailure

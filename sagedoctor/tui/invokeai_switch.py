@@ -3,8 +3,8 @@ sagedoctor.invokeai's (enable_in_invokeai, disable_in_invokeai)."""
 
 from __future__ import annotations
 
+from ..apps.invokeai import KEY, switch_state
 from ..facts import InvokeAIFacts, TargetFacts
-from ..invokeai import KEY, switch_state
 
 
 def state_line(target: TargetFacts, inv: InvokeAIFacts | None) -> str:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from ..decide.findings import SEVERITIES, SUMMARY_CODES, Finding
 from ..plan import Plan, Step
-from ..render import AREA_TITLES
-from ..terminal_text import one_line
+from ..render.findings import AREA_TITLES
+from ..render.terminal_text import one_line
 from ..verify import KeyResult
 
 MARKS = {"ok": "✓", "info": "•", "warn": "!", "error": "✗", "unknown": "?", "pending": "…"}

@@ -20,7 +20,7 @@ from ..index import WheelIndex, load_index
 from ..install.runlog import default_log_dir
 from ..plan import Blocked, Plan
 from ..probe import AreaDone, ProbeOptions, collect_facts
-from ..render import render_json
+from ..render.findings import render_json
 from ..verify import KeyResult, VerifyError, key_results, verify_venv
 
 
@@ -97,7 +97,7 @@ class Session:
 
     def switch_invokeai(self, on: bool) -> str:
         """SageAttention on or off for the target's InvokeAI; says which route was taken."""
-        from ..invokeai import (
+        from ..apps.invokeai import (
             InvokeAISwitchError,
             disable_in_invokeai,
             enable_in_invokeai,

@@ -15,7 +15,7 @@ from textual.widgets.option_list import Option
 
 from ...errors import SagedoctorError
 from ...hook import disable, enable, hook_on
-from ...terminal_text import printable
+from ...render.terminal_text import printable
 from ..invokeai_switch import state_line
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from ...decide.checks import diagnose
 from ...decide.findings import AREAS
 from ...errors import SagedoctorError
 from ...facts import Facts
-from ...render import summary_line
-from ...terminal_text import one_line, printable
+from ...render.findings import summary_line
+from ...render.terminal_text import one_line, printable
 from ..model import AreaRow, area_row, failed_row, pending_row
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from ...install.execute import execute_plan
 from ...install.runner import InstallError
 from ...install.transaction import describe, file_count, snapshot_differences, take_snapshot
 from ...plan import Plan
-from ...terminal_text import printable
+from ...render.terminal_text import printable
 from ..cancel import InstallCancelled, cancelled_in
 from ..model import clock_text, tilde, transfer_line
 from .confirm import ConfirmScreen

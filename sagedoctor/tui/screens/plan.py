@@ -13,7 +13,7 @@ from textual.widgets import Footer, Header, Static
 
 from ...errors import SagedoctorError
 from ...plan import Blocked, Plan
-from ...terminal_text import one_line, printable
+from ...render.terminal_text import one_line, printable
 from ..model import MARKS, downloads_summary, plan_summary, step_lines
 
 if TYPE_CHECKING:

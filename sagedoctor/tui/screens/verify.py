@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from ...errors import SagedoctorError
-from ...terminal_text import one_line, printable
+from ...render.terminal_text import one_line, printable
 from ...verify import progress_line
 from ..model import RESULT_COLUMNS, by_gpu, result_cells, verdict_line
 from ..session import VerifyShown

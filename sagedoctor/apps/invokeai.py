@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .errors import SagedoctorError
-from .facts import InvokeAIFacts, TargetFacts
-from .file_meta import FileMeta, meta_of, restore_meta, write_atomic, write_keeping_meta
-from .proc import ToolMissing, ToolTimeout
-from .runtime.records import read_record_bytes
-from .target_answer import ask_target, with_answer_function
+from ..errors import SagedoctorError
+from ..facts import InvokeAIFacts, TargetFacts
+from ..file_meta import FileMeta, meta_of, restore_meta, write_atomic, write_keeping_meta
+from ..proc import ToolMissing, ToolTimeout
+from ..runtime.records import read_record_bytes
+from ..target_answer import ask_target, with_answer_function
 
 MAX_CONFIG_BYTES = 1_000_000
 BOM = b"\xef\xbb\xbf"
@@ -384,7 +384,7 @@ def undo_edit(edit: ConfigEdit) -> str:
 
 
 def edit_record_path(prefix: str | Path) -> Path:
-    from .state import VenvFiles
+    from ..state import VenvFiles
 
     return VenvFiles(Path(prefix)).invokeai_edit
 
@@ -484,7 +484,7 @@ def choose_route(target: TargetFacts) -> Route:
 
 def switch_state(target: TargetFacts, inv: InvokeAIFacts | None) -> SwitchState | None:
     """None where InvokeAI is not installed in the target venv."""
-    from .hook import hook_on
+    from ..hook import hook_on
 
     try:
         route = choose_route(target)
@@ -499,7 +499,7 @@ def switch_state(target: TargetFacts, inv: InvokeAIFacts | None) -> SwitchState 
 
 def reread(inv: InvokeAIFacts) -> InvokeAIFacts:
     """invokeai.yaml as it is now (the facts were read before any switch)."""
-    from .probe.invokeai import read_config
+    from ..probe.invokeai import read_config
 
     if inv.config_path is None:
         return inv
@@ -523,7 +523,7 @@ def _config(inv: InvokeAIFacts | None) -> tuple[InvokeAIFacts, Path]:
 def _value_before(path: Path, inv: InvokeAIFacts, record: ConfigEdit | None) -> str | None:
     """attention_backend as it was before sagedoctor set it: from the backup the edit made
     (this switch's record, else the newest sagedoctor backup beside the file)."""
-    from .probe.invokeai import parse_config
+    from ..probe.invokeai import parse_config
 
     backups = [Path(record.backup)] if record and record.backup else sorted(
         path.parent.glob(f"{path.name}.sagedoctor-*.bak"), reverse=True)
@@ -541,7 +541,7 @@ def enable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
     """Turn SageAttention on for this InvokeAI; says which route was taken."""
     route = choose_route(target)
     if route.kind == "hook":
-        from .hook import enable
+        from ..hook import enable
 
         return (f"{route.why}, so SageAttention is on through the venv's start-up hook. "
                 + enable(target).message)
@@ -567,7 +567,7 @@ def disable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
     the one key put back to its earlier value."""
     route = choose_route(target)
     if route.kind == "hook":
-        from .hook import disable
+        from ..hook import disable
 
         return f"{route.why}: the start-up hook is the switch. " + disable(target).message
     fresh, path = _config(inv)

@@ -1,6 +1,6 @@
 """The supported-combinations table of docs/wheel-selection.md, generated from the index.
 
-`python -m sagedoctor.index_table docs/wheel-selection.md` rewrites the part between the
+`python -m sagedoctor.index.table docs/wheel-selection.md` rewrites the part between the
 markers; a test keeps the page and the shipped index in step.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .decide.matrix import TORCH_CUDA_MATRIX
-from .index import WheelIndex, shipped_index, spec_text
+from ..decide.matrix import TORCH_CUDA_MATRIX
+from . import WheelIndex, shipped_index, spec_text
 
 BEGIN = "<!-- generated from wheels_index.toml: begin -->"
 END = "<!-- generated from wheels_index.toml: end -->"

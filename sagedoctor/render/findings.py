@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from .decide.findings import AREAS, SUMMARY_CODES, Finding, exit_code
-from .facts import FACTS_SCHEMA_VERSION, Facts, facts_to_dict
+from ..decide.findings import AREAS, SUMMARY_CODES, Finding, exit_code
+from ..facts import FACTS_SCHEMA_VERSION, Facts, facts_to_dict
 from .terminal_text import one_line, safe_json
 
 REPORT_SCHEMA_VERSION = 1

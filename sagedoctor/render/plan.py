@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from .decide.findings import exit_code
-from .plan import Blocked, Plan, Step
+from ..decide.findings import exit_code
+from ..plan import Blocked, Plan, Step
 from .terminal_text import one_line, safe_json
 
 PLAN_SCHEMA_VERSION = 1

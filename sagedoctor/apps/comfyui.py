@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from .facts import ComfyUIFacts
+from ..facts import ComfyUIFacts
 
 SAGE_FLAG = "--use-sage-attention"
 PORTABLE_PYTHON = "python_embeded"  # sic: the portable build spells it so

@@ -18,8 +18,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from .decide.versions import cc_tuple, minor_of, parse_sage_local, parse_version
-from .errors import SagedoctorError
+from ..decide.versions import cc_tuple, minor_of, parse_sage_local, parse_version
+from ..errors import SagedoctorError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,7 +27,7 @@ else:  # pragma: no cover
     import tomli as tomllib  # type: ignore[import-not-found, no-redef, unused-ignore]
 
 INDEX_SCHEMA_VERSION = 1
-SHIPPED_INDEX = Path(__file__).with_name("wheels_index.toml")
+SHIPPED_INDEX = Path(__file__).parent.parent / "wheels_index.toml"
 SHA256_SOURCES = ("third-party", "github-api", "measured")
 
 

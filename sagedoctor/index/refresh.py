@@ -19,10 +19,10 @@ from urllib.parse import quote, urlsplit
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .decide.versions import parse_sage_local
-from .errors import SagedoctorError
-from .file_meta import write_atomic
-from .index import (
+from ..decide.versions import parse_sage_local
+from ..errors import SagedoctorError
+from ..file_meta import write_atomic
+from . import (
     TomlTable,
     WheelIndex,
     WindowsWheel,
