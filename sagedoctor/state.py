@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
@@ -20,7 +21,9 @@ from typing import Any, Literal, TypeGuard
 from packaging.utils import canonicalize_name
 
 from .errors import OutOfSpace, disk_full
+from .facts import InterruptedInstall
 from .file_meta import write_atomic
+from .proc import pid_alive
 from .runtime import files as names
 from .runtime.records import RecordUnreadable, read_record_bytes
 
@@ -376,3 +379,39 @@ def still_as_verified(prefix: Path) -> tuple[bool, tuple[str, ...]]:
         return False, (problem,)
     changes = changes_since(prefix, record.fingerprint)
     return not changes, changes
+
+
+# --- the install journal's read side (install/transaction.py writes it) ----------------------
+
+MAX_JOURNAL_BYTES = 64 * 1024 * 1024  # a journal names files and backups; never gigabytes
+JOURNAL_FILE = "journal.json"
+
+
+def _journal_fields(path: Path) -> tuple[int | None, str | None]:
+    """(pid, phase) from the journal, or (None, None) where it cannot be read: the file's
+    being there is the fact; what is in it only adds detail."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_JOURNAL_BYTES:
+            return None, None
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    pid, phase = data.get("pid"), data.get("phase")
+    return (pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            phase if isinstance(phase, str) else None)
+
+
+def pending_install(prefix: Path, state_root: Path | None = None) -> InterruptedInstall | None:
+    """The journal an install left for this venv (keyed as the install keys it), or None."""
+    path = VenvFiles(Path(prefix)).install_folder(state_root) / JOURNAL_FILE
+    try:
+        if not (path.exists() or path.is_symlink()):
+            return None
+    except OSError:
+        return None
+    pid, phase = _journal_fields(path)
+    return InterruptedInstall(journal=str(path), pid=pid, phase=phase,
+                              running=pid is not None and pid_alive(pid))

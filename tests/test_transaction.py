@@ -22,10 +22,10 @@ import pytest
 from sagedoctor.install.errors import InstallLocked
 from sagedoctor.install.execute import Executor
 from sagedoctor.install.lock import venv_state_dir
-from sagedoctor.install.pending import pending_install
 from sagedoctor.install.runner import InstallError
 from sagedoctor.install.transaction import Journal
 from sagedoctor.plan import Step
+from sagedoctor.state import pending_install
 from tests.standins import clean_env, run_cli
 from tests.test_install_kit import (
     add_installed_sage,

@@ -51,7 +51,7 @@ def _backend_in(path: Path, invokeai: InvokeAIFacts | None) -> str | None:
 
 def uninstall_facts(target: TargetFacts, invokeai: InvokeAIFacts | None,
                     state_root: Path | None = None) -> UninstallFacts:
-    from ..install.pending import pending_install
+    from ..state import pending_install
 
     prefix = Path(target.prefix)
     hook = hook_path(target)

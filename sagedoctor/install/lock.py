@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import room_needed
+from ..proc import pid_alive
 from .errors import InstallLocked
 
 
@@ -18,35 +18,6 @@ def venv_state_dir(prefix: Path, state_root: Path | None = None) -> Path:
     from ..state import VenvFiles
 
     return VenvFiles(Path(prefix)).install_folder(state_root)
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    if sys.platform == "win32":  # os.kill(pid, 0) would terminate the process there
-        return _windows_pid_alive(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _windows_pid_alive(pid: int) -> bool:
-    import ctypes
-
-    kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined, unused-ignore]
-    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
-    if not handle:
-        return False
-    try:
-        code = ctypes.c_ulong()
-        kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
-        return code.value == 259  # STILL_ACTIVE
-    finally:
-        kernel32.CloseHandle(handle)
 
 
 def _read_pid(path: Path) -> int | None:

@@ -1,23 +1,17 @@
-"""Whether a killed install left its journal behind for a venv: read-only, for `check` (SD199)
-and for the commands that arm the runtime (`verify`, `enable`, `post-update`), which refuse a
-half-installed venv the next install would roll back. The install itself recovers it
+"""The commands that arm the runtime (`verify`, `enable`, `post-update`) refuse a venv a killed
+install left half-done, which the next install would roll back. Whether one did is read by
+state.pending_install (the journal's read side); the install itself recovers it
 (transaction.recover_interrupted)."""
 
 from __future__ import annotations
 
-import json
-import stat
 from pathlib import Path
 
 from .. import exit_codes
 from ..decide.fixes import recovery_fix
 from ..decide.requirements import describe_pending
 from ..errors import SagedoctorError
-from ..facts import InterruptedInstall
-from .lock import pid_alive, venv_state_dir
-
-MAX_JOURNAL_BYTES = 64 * 1024 * 1024  # a journal names files and backups; never gigabytes
-JOURNAL_FILE = "journal.json"
+from ..state import pending_install
 
 
 class InstallInterrupted(SagedoctorError):
@@ -25,36 +19,6 @@ class InstallInterrupted(SagedoctorError):
 
     code = "SD199"
     exit_status = exit_codes.FIXABLE
-
-
-def _journal_fields(path: Path) -> tuple[int | None, str | None]:
-    """(pid, phase) from the journal, or (None, None) where it cannot be read: the file's
-    being there is the fact; what is in it only adds detail."""
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_JOURNAL_BYTES:
-            return None, None
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None, None
-    if not isinstance(data, dict):
-        return None, None
-    pid, phase = data.get("pid"), data.get("phase")
-    return (pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-            phase if isinstance(phase, str) else None)
-
-
-def pending_install(prefix: Path, state_root: Path | None = None) -> InterruptedInstall | None:
-    """The journal an install left for this venv (keyed as the install keys it), or None."""
-    path = venv_state_dir(prefix, state_root) / JOURNAL_FILE
-    try:
-        if not (path.exists() or path.is_symlink()):
-            return None
-    except OSError:
-        return None
-    pid, phase = _journal_fields(path)
-    return InterruptedInstall(journal=str(path), pid=pid, phase=phase,
-                              running=pid is not None and pid_alive(pid))
 
 
 def refuse_if_pending(prefix: Path, what: str, venv_arg: str,

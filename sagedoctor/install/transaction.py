@@ -24,11 +24,10 @@ from packaging.utils import canonicalize_name
 
 from ..errors import room_needed
 from ..file_meta import FileMeta, meta_of, restore_meta, write_atomic, write_keeping_meta
-from ..proc import ToolMissing, ToolTimeout
+from ..proc import ToolMissing, ToolTimeout, pid_alive
 from ..target_answer import ask_target, with_answer_function
 from .cache import file_sha256
 from .errors import RollbackIncomplete
-from .lock import pid_alive
 from .runner import InstallError
 
 Say = Callable[[str], None]

@@ -217,7 +217,7 @@ def collect_facts(options: ProbeOptions, on_area_done: AreaDone | None = None) -
         except Exception as exc:  # the record is a hint; a bug reading it must not stop check
             facts = replace(facts, probe_failures=(*facts.probe_failures,
                                                    _failure("target", exc)))
-        from ..install.pending import pending_install
+        from ..state import pending_install
 
         # Keyed by the prefix as the install keys it (the target reports it the same way).
         facts = replace(facts, interrupted_install=pending_install(Path(target.prefix)))
