@@ -63,6 +63,9 @@ class KeyResult:
     crossovers: tuple[tuple[str, int | None], ...] = ()  # per "batch x heads" of the sweep
     routed: int = 0  # sweep points routed
     measured: int = 0  # sweep points measured
+    # per kernel and smooth_k setting, the accuracy suite's worst case:
+    # (kernel, setting, case, cosine, passed)
+    worst: tuple[tuple[str, str, str, float | None, bool], ...] = ()
 
     @property
     def routes(self) -> bool:
@@ -222,8 +225,42 @@ def key_results(report: dict[str, Any]) -> list[KeyResult]:
                 crossovers=tuple((str(k), v if isinstance(v, int) else None)
                                  for k, v in crossovers.items()),
                 routed=sum(1 for p in sweep if _point_routes(p)),
-                measured=len(sweep)))
+                measured=len(sweep),
+                worst=_worst_cases(kernels)))
     return out
+
+
+def _worst_cases(kernels: list[dict[str, Any]]) -> tuple[tuple[str, str, str, float | None,
+                                                               bool], ...]:
+    out = []
+    for kernel in kernels:
+        worst = kernel.get("worst")
+        if not isinstance(worst, dict):
+            continue  # a report from before the suite
+        for setting, case in worst.items():
+            if isinstance(case, dict):
+                cosine = case.get("cosine")
+                out.append((str(kernel.get("name")), str(setting), str(case.get("case")),
+                            float(cosine) if isinstance(cosine, int | float) else None,
+                            bool(case.get("passed"))))
+    return tuple(out)
+
+
+def render_worst_cases(results: list[KeyResult]) -> str:
+    """'bfloat16 D128 sage_fp8_sm90: smooth_k=True joint_offset_600 cos 0.641 (fails), ...'"""
+    lines = []
+    for r in results:
+        if r.worst:
+            parts = ", ".join(
+                f"{kernel} {setting} {case} "
+                + (f"cos {cos:.3f}" if cos is not None else "error")
+                + ("" if passed else " (fails)")
+                for kernel, setting, case, cos, passed in r.worst)
+            lines.append(f"  GPU {r.gpu} {r.dtype} D{r.head_dim}: {parts}")
+    if not lines:
+        return ""
+    return ("Worst case of the accuracy suite per kernel and smooth_k setting (the router "
+            "checks each call site on its own data):\n" + "\n".join(lines) + "\n")
 
 
 def _point_routes(point: dict[str, Any]) -> bool:
@@ -333,7 +370,7 @@ def render_table(results: list[KeyResult]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + render_worst_cases(results)
 
 
 def verify_record(report: dict[str, Any], results: list[KeyResult]) -> dict[str, Any]:

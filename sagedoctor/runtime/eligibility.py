@@ -26,6 +26,7 @@ REASONS = {
     "slower": "SDPA faster here",
     "unmeasured": "shape not timed (per-process budget spent)",
     "unverified": "no verified kernel",
+    "site": "failed its own check at this call site",
     "retired": "device retired",
     "oom": "out of memory earlier",
     "fault": "kernel error",

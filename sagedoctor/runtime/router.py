@@ -4,6 +4,18 @@ faster on this GPU; everything else goes to the original SDPA, untouched.
 The patch of ``torch.nn.functional.scaled_dot_product_attention`` is installed while any scope
 is open (or global mode is on); a call is routed only from a thread inside a scope, or anywhere
 in global mode. The caller never sees an exception that plain SDPA would not have raised.
+
+Each call site is checked on its own data: a kernel right on one layer's activations can be
+wrong on another's (one channel of Q and K at +600 on the image tokens gives cosine 0.64 on every
+SageAttention 2 kernel). Inside a scope a site is the n-th call of a shape since the thread's
+outermost scope opened: a scope per generation or per step replays the same layers in the same
+order. The first time a site is routed, a bounded slice of its output (batch 1, the first
+CHECK_HEADS heads, CHECK_ROWS query rows) is compared with SDPA on the same slice; the kernel's
+stated smooth_k first, then the other, else the site stays on SDPA for the process. In global
+mode no scope marks where a step begins, so sites cannot be told apart: the first
+SIGNATURE_CHECKS calls of each shape (one step's layers) are checked, and one failure moves that
+whole shape to SDPA. Checks stop at a per-process budget (count and seconds); later sites take
+the setting their kernel was verified with.
 """
 
 from __future__ import annotations
@@ -39,6 +51,14 @@ MIN_SEQ_LEN = 128  # below this no kernel is worth a check; padding dominates
 FAULTS_TO_RETIRE = 3
 CHECK_HEADS = 4  # the first-call check runs on batch 1 and at most this many heads
 MAX_LIVE_MEASUREMENTS = 64  # new shapes timed per process; a diffusion run has a handful
+CHECK_ROWS = 1024  # query rows of a site check: the last ones (the first ones when causal)
+# Global mode: calls of one shape checked before its verdict stands. FLUX.1 has 57 attention
+# layers, Wan2.1 40, SDXL at most 60 of one shape per step.
+SIGNATURE_CHECKS = 64
+MAX_SITE_CHECKS = 4096  # per process: a 30-step FLUX generation is 1710 sites
+SITE_CHECK_BUDGET_S = 10.0  # per process, the checks' own time (reference and comparison)
+_UNSEEN = object()
+_ON_SDPA = "sdpa"  # a site's verdict when no setting passed (False is a smooth_k setting)
 
 Key = tuple[str, str, int]  # (device, dtype, head_dim)
 # What a call's signature (tensor types, devices, dtypes, shapes, causal flag, shortest length)
@@ -81,6 +101,9 @@ class Router:
         live_settings: MeasureSettings | None = None,
         timer_for: Callable[[Any], Timer] = timer_for,
         max_live_measurements: int = MAX_LIVE_MEASUREMENTS,
+        clock: Callable[[], float] = time.perf_counter,
+        max_site_checks: int = MAX_SITE_CHECKS,
+        site_check_budget_s: float = SITE_CHECK_BUDGET_S,
     ) -> None:
         self.registry = registry or default_registry()
         self.thresholds = thresholds or Thresholds.from_env()
@@ -98,7 +121,19 @@ class Router:
         self._local = threading.local()
         self._depth = 0
         self._global = False
-        self._keys: dict[Key, KernelSpec | None] = {}  # the verified kernel, None: SDPA
+        # the verified kernel and its smooth_k setting; None: SDPA
+        self._keys: dict[Key, tuple[KernelSpec, bool | None] | None] = {}
+        # site -> the smooth_k setting it passed with, or _ON_SDPA. A site is (device, shape
+        # key) and the call's position in the scope, or None for a whole shape (global mode).
+        self._sites: dict[tuple[tuple[str, str], int | None], bool | str | None] = {}
+        self._signature_checks: Counter[tuple[str, str]] = Counter()
+        self.clock = clock
+        self.max_site_checks = max_site_checks
+        self.site_check_budget_s = site_check_budget_s
+        self._site_checks = 0
+        self._site_check_s = 0.0
+        self._site_failures = 0
+        self._unchecked = 0  # routed past the budget without a check of their own
         self._shapes: dict[tuple[str, str], bool] = {}  # (device, shape key) -> route
         self._signatures: dict[tuple[Any, ...], Classified] = {}
         self._arch: dict[str, tuple[int, int] | None] = {}
@@ -156,6 +191,8 @@ class Router:
             if not runtime_switched_off():
                 self._depth += 1
                 self._local.depth = getattr(self._local, "depth", 0) + 1
+                if self._local.depth == 1:
+                    self._local.positions = {}  # call positions count from the outermost scope
                 if self._depth == 1 and not self._global:
                     self._install()
             return {"routed": Counter(self._routed), "sdpa": self._sdpa_totals()}
@@ -213,6 +250,8 @@ class Router:
         router = self
         local = self._local
         signatures = self._signatures
+        shapes = self._shapes
+        compiling = _compiling_check()  # bound once: the lookups cost ~0.5 us a call
 
         def scaled_dot_product_attention(
                 query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
@@ -229,7 +268,7 @@ class Router:
                     reason: str | None = "gqa" if enable_gqa else "unknown_args"
                 elif router._cuda_only and not query.is_cuda:
                     reason = "device"  # the common case off the GPU, without a call
-                elif attn_mask is not None or dropout_p or _compiling():
+                elif attn_mask is not None or dropout_p or compiling():
                     # (while tracing, shapes may be symbolic: no signature of them is kept)
                     reason = ineligible_reason(
                         query, key, value, attn_mask, dropout_p, is_causal,
@@ -255,10 +294,16 @@ class Router:
                                 signatures.clear()
                             signatures[signature] = known
                     before, after, names = known
-                    # the state per call (not compiling: asked above)
-                    grad = (query.requires_grad or key.requires_grad or value.requires_grad) \
-                        and _grad_enabled()
-                    reason = before or ("grad" if grad else None) or after
+                    reason = before or after
+                    if reason is None:
+                        assert names is not None
+                        if shapes.get(names[1]) is False:
+                            # a shape kept on SDPA (the common case at short lengths): nothing
+                            # else is asked; this path is what bench_scope_overhead times
+                            reason = "slower"
+                        elif (query.requires_grad or key.requires_grad
+                              or value.requires_grad) and _grad_enabled():
+                            reason = "grad"  # the state per call (compiling: asked above)
                 if reason is None:
                     assert names is not None  # an eligible call's signature has them
                     reason, out = router._route(query, key, value, is_causal, scale, names)
@@ -324,28 +369,113 @@ class Router:
         if key[0] in self._retired:
             return "retired", None
         if key in self._keys:
-            spec = self._keys[key]
+            verified = self._keys[key]
         else:
-            spec = self._first_call_check(key, q, k, v, is_causal, scale)
-        if spec is None:
+            verified = self._first_call_check(key, q, k, v, is_causal, scale)
+        if verified is None:
             return "unverified", None
+        spec, smooth = verified
         slower = self._kernel_wins(key, where, spec, q, k, v, is_causal, scale)
         if slower is not None:
             return slower, None
-        return self._run(spec, key, q, k, v, is_causal, scale)
+        return self._site(spec, smooth, key, where, q, k, v, is_causal, scale)
+
+    # --- per-site check ----------------------------------------------------------------------
+
+    def _site(self, spec: KernelSpec, smooth: bool | None, key: Key, where: tuple[str, str],
+              q: Any, k: Any, v: Any, is_causal: bool,
+              scale: float | None) -> tuple[str | None, Any]:
+        """Run the call at its site: as that site's check decided, or checked now."""
+        positions = self._local.__dict__.get("positions") \
+            if self._local.__dict__.get("depth") else None
+        position: int | None = None
+        if positions is not None:  # in a scope: the n-th call of this shape
+            position = positions.get(where, 0)
+            positions[where] = position + 1
+        site = (where, position)
+        verdict = self._sites.get(site, _UNSEEN)
+        if verdict == _ON_SDPA:
+            return "site", None
+        if verdict is not _UNSEEN and (position is not None
+                                       or self._signature_checks[where] >= SIGNATURE_CHECKS):
+            return self._run(spec, key, q, k, v, is_causal, scale, verdict)  # type: ignore[arg-type]
+        first = smooth if verdict is _UNSEEN else verdict
+        with self._lock:
+            if (self._site_checks >= self.max_site_checks
+                    or self._site_check_s >= self.site_check_budget_s):
+                self._unchecked += 1
+                self._log_once("site-budget", logging.INFO,
+                               "the per-site checks' budget is spent (%d sites, %.1f s); later "
+                               "sites run as their kernel was verified", self._site_checks,
+                               self._site_check_s)
+                return self._run(spec, key, q, k, v, is_causal, scale, first)  # type: ignore[arg-type]
+            if position is None:
+                self._signature_checks[where] += 1
+        return self._check_site(site, spec, first, key, q, k, v, is_causal, scale)  # type: ignore[arg-type]
+
+    def _check_site(self, site: tuple[tuple[str, str], int | None], spec: KernelSpec,
+                    first: bool | None, key: Key, q: Any, k: Any, v: Any, is_causal: bool,
+                    scale: float | None) -> tuple[str | None, Any]:
+        """The call on the kernel, its slice compared with SDPA's; smooth_k `first`, then the
+        other; neither passing, the site goes to SDPA (a whole shape in global mode)."""
+        assert self.original is not None
+        started = self.clock()
+        rows = slice(None, CHECK_ROWS) if is_causal else slice(-CHECK_ROWS, None)
+        heads = min(int(q.shape[1]), CHECK_HEADS)
+        qs = q[:1, :heads, rows]
+        ks, vs = (t[:1, :heads, rows] if is_causal else t[:1, :heads] for t in (k, v))
+        try:
+            reference = self.original(qs, ks, vs, is_causal=is_causal, scale=scale)
+        except Exception:  # SDPA itself fails on the slice: the call decides, unchecked
+            return self._run(spec, key, q, k, v, is_causal, scale, first)
+        spent = self.clock() - started
+        tried: list[str] = []
+        try:
+            for smooth in spec.settings(first):
+                reason, out = self._run(spec, key, q, k, v, is_causal, scale, smooth,
+                                        count=False)
+                if reason is not None:
+                    return reason, None  # a fault: the site stays unchecked
+                began = self.clock()
+                result = compare(out[:1, :heads, rows], reference)
+                spent += self.clock() - began
+                tried.append(("" if smooth is None else f"smooth_k={smooth}: ")
+                             + result.describe())
+                if result.passes(self.thresholds):
+                    with self._lock:
+                        self._sites[site] = smooth
+                        self._routed[spec.label] += 1
+                    return None, out
+        finally:
+            with self._lock:
+                self._site_checks += 1
+                self._site_check_s += spent
+        where, position = site
+        with self._lock:
+            self._sites[site] = _ON_SDPA
+            self._site_failures += 1
+        shape = "x".join(str(int(x)) for x in q.shape)
+        at = (f"call {position} of shape {where[1]} in the scope" if position is not None
+              else f"shape {where[1]} (global mode: every call of it)")
+        self._log_once(f"site:{where}:{position}", logging.WARNING,
+                       "%s failed its check at %s on %s (q %s; %s); SDPA serves it for this "
+                       "process", spec.name, at, where[0], shape, "; ".join(tried))
+        return "site", None
 
     def _run(self, spec: KernelSpec, key: Key, q: Any, k: Any, v: Any, is_causal: bool,
-             scale: float | None) -> tuple[str | None, Any]:
+             scale: float | None, smooth: bool | None = None,
+             count: bool = True) -> tuple[str | None, Any]:
         device = key[0]
         try:
             fn = self.registry.load(spec)
             with self._kernel_running(q):
-                out = fn(q, k, v, is_causal=is_causal, scale=scale)
+                out = _call(fn, q, k, v, is_causal, scale, smooth)
         except Exception as exc:
             return self._fault(spec, device, exc), None
         with self._lock:
             self._device_faults[device] = 0
-            self._routed[spec.label] += 1
+            if count:
+                self._routed[spec.label] += 1
         return None, out
 
     def _fault(self, spec: KernelSpec, device: str, exc: Exception) -> str:
@@ -376,7 +506,7 @@ class Router:
     # --- first-call correctness check ------------------------------------------------------
 
     def _first_call_check(self, key: Key, q: Any, k: Any, v: Any, is_causal: bool,
-                          scale: float | None) -> KernelSpec | None:
+                          scale: float | None) -> tuple[KernelSpec, bool | None] | None:
         with self._lock:  # one check per key, even with many threads arriving at once
             if key in self._keys:
                 return self._keys[key]
@@ -386,18 +516,24 @@ class Router:
             assert self.original is not None
             reference = self.original(qs, ks, vs, is_causal=is_causal, scale=scale)
             tried: list[tuple[str, Comparison | str]] = []
-            chosen = None
+            chosen: tuple[KernelSpec, bool | None] | None = None
             for spec in self.registry.candidates(q.device.type, arch, key[1], key[2]):
-                try:
-                    fn = self.registry.load(spec)
-                    with self._kernel_running(q):
-                        out = fn(qs, ks, vs, is_causal=is_causal, scale=scale)
-                    result: Comparison | str = compare(out, reference)
-                except Exception as exc:  # an import or kernel error fails this kernel only
-                    result = f"{type(exc).__name__}: {exc}"
-                tried.append((spec.name, result))
-                if isinstance(result, Comparison) and result.passes(self.thresholds):
-                    chosen = spec
+                for smooth in spec.settings():
+                    try:
+                        fn = self.registry.load(spec)
+                        with self._kernel_running(q):
+                            out = _call(fn, qs, ks, vs, is_causal, scale, smooth)
+                        result: Comparison | str = compare(out, reference)
+                    except Exception as exc:  # an import or kernel error fails this kernel
+                        result = f"{type(exc).__name__}: {exc}"
+                    tried.append((spec.name if smooth is None
+                                  else f"{spec.name} smooth_k={smooth}", result))
+                    if isinstance(result, Comparison) and result.passes(self.thresholds):
+                        chosen = (spec, smooth)
+                        break
+                    if isinstance(result, str):
+                        break  # an error, not a setting, failed it
+                if chosen is not None:
                     break
             self._keys[key] = chosen
             details = "; ".join(
@@ -406,7 +542,7 @@ class Router:
                 log.warning("no SageAttention kernel passed the check on %s %s D=%d (%s); "
                             "SDPA serves it", *key, details or "no kernel serves it")
             else:
-                log.info("SageAttention %s verified on %s %s D=%d (%s)", chosen.name, *key,
+                log.info("SageAttention %s verified on %s %s D=%d (%s)", chosen[0].name, *key,
                          details)
             return chosen
 
@@ -539,8 +675,12 @@ class Router:
             return {
                 "routed": dict(self._routed),
                 "sdpa": dict(sdpa),
-                "keys": {"|".join(map(str, k)): (s.name if s else None)
+                "keys": {"|".join(map(str, k)): (s[0].name if s else None)
                          for k, s in self._keys.items()},
+                "smooth_k": {"|".join(map(str, k)): s[1] for k, s in self._keys.items() if s},
+                "sites": {"checked": self._site_checks, "failed": self._site_failures,
+                          "check_ms": round(self._site_check_s * 1e3, 3),
+                          "unchecked": self._unchecked},
                 "retired": sorted(self._retired),
                 "measured": {"shapes": self._measured,
                              "ms": round(self._measure_s * 1e3, 3),
@@ -570,10 +710,30 @@ def summary_line(routed: Counter[str], sdpa: Counter[str], measured: int = 0,
     return line
 
 
+def _call(fn: Callable[..., Any], q: Any, k: Any, v: Any, is_causal: bool,
+          scale: float | None, smooth: bool | None) -> Any:
+    """A kernel call; smooth_k only for kernels whose spec states a setting."""
+    if smooth is None:
+        return fn(q, k, v, is_causal=is_causal, scale=scale)
+    return fn(q, k, v, is_causal=is_causal, scale=scale, smooth_k=smooth)
+
+
 def _grad_enabled() -> bool:
     import torch
 
     return bool(torch.is_grad_enabled())
+
+
+def _compiling_check() -> Callable[[], bool]:
+    """torch.compiler.is_compiling where this torch has it, else a function saying no."""
+    import torch
+
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return check if callable(check) else _never
+
+
+def _never() -> bool:
+    return False
 
 
 def _compiling() -> bool:

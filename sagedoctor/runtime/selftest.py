@@ -1,14 +1,18 @@
 """Self-test, run inside the target venv: `python -m <runtime>.selftest --json`.
 
-Per GPU x dtype x head size: every kernel the registry offers is checked against SDPA (normal
-and outlier inputs), and the router's choice is timed against SDPA with the method of
-measure.py at the lengths that decide: the app shapes (SDXL, FLUX 1024/1536/2048, Wan 720p), a
-coarse set from 1024 to 32768, and, per (dtype, head size, heads), the crossover bracketed by
-bisection on the grid of lengths between measured points whose decisions differ. The router
-interpolates between stored lengths whose decisions agree. Each point carries its decision,
-which `verify` stores per GPU and shape. The crossover (the shortest length from which every
-longer one is routed) is reported for reading. Also: what `sageattn()` itself would pick, and
-whether that is correct.
+Per GPU x dtype x head size: every kernel the registry offers is checked against fp32 SDPA on
+the accuracy suite (ACCURACY_CASES: Gaussian; a joint text+image sequence with one channel of Q
+and K offset by +100, +300 and +600 on the image tokens; large-magnitude rows; near-constant
+rows; the older shared K offset) with each smooth_k setting its spec allows, the worst case per
+kernel and setting reported; the Gaussian case decides whether a kernel passes (the router
+checks every call site on its own data), and the router's choice is timed against SDPA with
+the method of measure.py at the lengths that decide: the app shapes (SDXL, FLUX 1024/1536/2048,
+Wan 720p), a coarse set from 1024 to 32768, and, per (dtype, head size, heads), the crossover
+bracketed by bisection on the grid of lengths between measured points whose decisions differ.
+The router interpolates between stored lengths whose decisions agree. Each point carries its
+decision, which `verify` stores per GPU and shape. The crossover (the shortest length from
+which every longer one is routed) is reported for reading. Also: what `sageattn()` itself would
+pick, and whether that is correct.
 
 Reuse: where the decisions stored for this build were measured with the same kernel inputs
 (SageAttention's and torch's installed files, the GPU and its driver), correctness is checked
@@ -102,18 +106,44 @@ def _modules() -> dict[str, str]:
     return out
 
 
-def _inputs(torch: Any, device: Any, dtype: Any, shape: tuple[int, int, int], d: int,
-            outlier: bool, seed: int = 0) -> tuple[Any, Any, Any]:
+# The accuracy suite's cases, in report order. "gaussian" decides a kernel's pass; the rest are
+# reported (worst case per kernel and smooth_k setting): the router checks each call site on
+# its own data, so a kernel wrong on outliers still serves the sites where it is right.
+JOINT_OFFSETS = (100, 300, 600)
+ACCURACY_CASES = ("gaussian", *(f"joint_offset_{o}" for o in JOINT_OFFSETS), "large_rows",
+                  "near_constant_rows", "shared_k_offset")
+TEXT_TOKENS = 512  # a joint sequence's text tokens ahead of its image tokens (FLUX, SD3)
+
+
+def accuracy_case(torch: Any, device: Any, dtype: Any, shape: tuple[int, int, int], d: int,
+                  case: str, seed: int = 0) -> tuple[Any, Any, Any]:
+    """One case of the suite: Gaussian Q, K, V with the case's structure laid over them."""
     generator = torch.Generator(device=device).manual_seed(seed)
     b, h, s = shape
     q, k, v = (torch.randn(b, h, s, d, device=device, dtype=torch.float32, generator=generator)
                for _ in range(3))
-    if outlier:
-        # Large magnitudes and a shared K offset: what overflows int8/fp8 quantisation and
-        # gives the black images users report.
-        q = q * 8
-        k = k * 8 + 20
-        v = v * 50
+    if case.startswith("joint_offset_"):
+        # one channel of Q and K offset on the image tokens only: what InvokeAI measured in
+        # the first block of Qwen-Image and Krea-2 (near +600 on every image token)
+        text = min(TEXT_TOKENS, s // 8)
+        offset = float(case.rpartition("_")[2])
+        q[:, :, text:, 0] += offset
+        k[:, :, text:, 0] += offset
+    elif case == "large_rows":
+        rows = slice(None, None, 16)  # every 16th token 30x (Q, K) and 50x (V) larger
+        q[:, :, rows] *= 30
+        k[:, :, rows] *= 30
+        v[:, :, rows] *= 50
+    elif case == "near_constant_rows":
+        rows = slice(None, None, 8)  # every 8th token of K and V one value in every channel
+        k[:, :, rows] = 3.0 + 1e-3 * k[:, :, rows]
+        v[:, :, rows] = -2.0 + 1e-3 * v[:, :, rows]
+    elif case == "shared_k_offset":
+        # large magnitudes and a shared K offset: what overflows int8/fp8 quantisation and
+        # gives the black images users report
+        q, k, v = q * 8, k * 8 + 20, v * 50
+    elif case != "gaussian":
+        raise ValueError(f"unknown accuracy case {case!r}")
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
@@ -123,14 +153,39 @@ def _on(torch: Any, device: Any) -> Any:
 
 
 def _check(fn: Callable[..., Any], sdpa: Callable[..., Any], q: Any, k: Any, v: Any,
-           torch: Any) -> Comparison | str:
+           torch: Any, smooth: bool | None = None, reference: Any = None) -> Comparison | str:
     try:
         with _on(torch, q.device):
-            out = fn(q, k, v, is_causal=False, scale=None)
-        reference = sdpa(q.float(), k.float(), v.float()).to(q.dtype)
+            if smooth is None:
+                out = fn(q, k, v, is_causal=False, scale=None)
+            else:
+                out = fn(q, k, v, is_causal=False, scale=None, smooth_k=smooth)
+        if reference is None:
+            reference = sdpa(q.float(), k.float(), v.float()).to(q.dtype)
         return compare(out, reference)
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _setting_label(smooth: bool | None) -> str:
+    return "default" if smooth is None else f"smooth_k={smooth}"
+
+
+def kernel_suite(fn: Callable[..., Any], spec: KernelSpec, sdpa: Callable[..., Any],
+           cases: dict[str, tuple[Any, Any, Any, Any]], torch: Any,
+           thresholds: Thresholds) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every case with every smooth_k setting: per setting each case's result, and per setting
+    the worst case (lowest cosine; an error or NaN is worse than any number)."""
+    suite: dict[str, Any] = {}
+    worst: dict[str, Any] = {}
+    for smooth in spec.settings():
+        label = _setting_label(smooth)
+        results = {name: _describe(_check(fn, sdpa, q, k, v, torch, smooth, ref), thresholds)
+                   for name, (q, k, v, ref) in cases.items()}
+        suite[label] = results
+        name = min(results, key=lambda n: results[n].get("cosine", -2.0))
+        worst[label] = {"case": name, **results[name]}
+    return suite, worst
 
 
 def _describe(result: Comparison | str, thresholds: Thresholds) -> dict[str, Any]:
@@ -148,7 +203,7 @@ def _sageattn_auto(torch: Any, device: Any, arch: tuple[int, int], dtype: Any, d
         from sageattention import sageattn
     except Exception as exc:
         return {"kernel": kernel, "error": f"{type(exc).__name__}: {exc}"[:300]}
-    q, k, v = _inputs(torch, device, dtype, check_shape, d, outlier=False)
+    q, k, v = accuracy_case(torch, device, dtype, check_shape, d, "gaussian")
 
     def auto(q: Any, k: Any, v: Any, *, is_causal: bool, scale: float | None) -> Any:
         return sageattn(q, k, v, tensor_layout="HND", is_causal=is_causal, sm_scale=scale)
@@ -507,8 +562,12 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
                            "sweep": [], "crossover": None,
                            "sageattn_auto": _sageattn_auto(torch, device, arch, dtype, d,
                                                            thresholds, sdpa, check_shape)}
-    normal = _inputs(torch, device, dtype, check_shape, d, outlier=False)
-    outlier = _inputs(torch, device, dtype, check_shape, d, outlier=True, seed=1)
+    cases = {}
+    for i, name in enumerate(ACCURACY_CASES):
+        q, k, v = accuracy_case(torch, device, dtype, check_shape, d, name, seed=i)
+        with _on(torch, device):
+            reference = sdpa(q.float(), k.float(), v.float()).to(dtype)  # once, for all kernels
+        cases[name] = (q, k, v, reference)
     chosen: tuple[KernelSpec, Callable[..., Any]] | None = None
     candidates = list(registry.candidates(device_type, arch, dtype_name, d))
     stored_kernel = _stored_kernel(earlier, dtype_name, d) if reuse else None
@@ -529,8 +588,18 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
             entry.update(passed=False, error=f"{type(exc).__name__}: {exc}"[:300])
             key["kernels"].append(entry)
             continue
-        entry["normal"] = _describe(_check(fn, sdpa, *normal, torch), thresholds)
-        entry["outlier"] = _describe(_check(fn, sdpa, *outlier, torch), thresholds)
+        suite, worst = kernel_suite(fn, spec, sdpa, cases, torch, thresholds)
+        labels = list(suite)
+        # The stated setting first; the other where only it passes the Gaussian case (the
+        # router's checks try both in the same order).
+        setting = next((label for label in labels if suite[label]["gaussian"]["passed"]),
+                       labels[0])
+        entry["smooth_k"] = spec.smooth_k
+        entry["setting"] = setting
+        entry["normal"] = suite[setting]["gaussian"]
+        entry["outlier"] = suite[setting]["shared_k_offset"]
+        entry["suite"] = suite
+        entry["worst"] = worst
         # The router decides on the call's own inputs; outliers are reported, not required.
         entry["passed"] = entry["normal"]["passed"]
         key["kernels"].append(entry)
@@ -551,7 +620,8 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
         label = _family_label(dtype_name, d, batch, heads, *gpu_label)
 
         def measure(tokens: int, batch: int = batch, heads: int = heads) -> dict[str, Any]:
-            q, k, v = _inputs(torch, device, dtype, (batch, heads, tokens), d, outlier=False)
+            q, k, v = accuracy_case(torch, device, dtype, (batch, heads, tokens), d,
+                                    "gaussian")
             before = earlier.get(shape_key(dtype_name, d, batch * heads, tokens, tokens, False))
             prior = before.route if before is not None and before.kernel == spec.name else None
             with _on(torch, device):
