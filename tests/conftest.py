@@ -86,7 +86,8 @@ HOST_INDEPENDENT = frozenset({
     "test_fuzz_invokeai", "test_fuzz_state", "test_fuzz_versions", "test_import_graph",
     "test_install_hostile", "test_install_steps", "test_integrity", "test_invokeai_config",
     "test_proc", "test_profiles", "test_resolve", "test_resolve_uninstall",
-    "test_runtime_bundle", "test_state", "test_sweep_plan",
+    "test_runtime_bundle", "test_state", "test_sweep_plan", "test_probe_failure_fix",
+    "test_user_install",  # its own tool folder and Python, the dependencies' wheels only
 })
 
 
