@@ -52,3 +52,30 @@ def test_an_index_file_that_does_not_exist_is_not_an_entry_to_fix(tmp_path: Path
     assert done.returncode == 3 and "SD903" in done.stderr
     assert "fix that entry" not in done.stderr
     assert "leave --index out for the shipped index" in done.stderr
+
+
+def test_no_gpu_and_no_target_is_exit_2_in_check_plan_and_install_alike(tmp_path: Path) -> None:
+    env = clean_env(tmp_path)  # no nvidia-smi: no GPU
+    nowhere = str(tmp_path / "nonexistent")
+    codes = {}
+    for args in (["check"], ["plan"], ["install", "--dry-run"]):
+        done = run_cli([*args, "--venv", nowhere], env)
+        codes[args[0] + " " + " ".join(args[1:])] = done.returncode
+        assert "SD111" in done.stdout and "SD190" in done.stdout, (args, done.stdout)
+        if args[0] != "check":
+            assert "No plan: SageAttention cannot work on this machine." in done.stdout
+            assert "fix these first" not in done.stdout
+    assert set(codes.values()) == {2}, codes
+
+
+def test_plan_marks_are_checks_marks(tmp_path: Path) -> None:
+    profile = FIXTURES.parent / "profiles" / "macos-apple.json"
+    env = {**clean_env(tmp_path), "PYTHONIOENCODING": "utf-8", "FORCE_COLOR": "1"}
+    plan = run_cli(["plan", "--facts", str(profile)], env).stdout
+    check = run_cli(["check", "--facts", str(profile)], env).stdout
+    mark = "\x1b[31m✗\x1b[0m" if "\x1b[31m✗\x1b[0m" in check else None
+    assert mark is not None, check
+    assert f"  {mark} SD101" in plan, plan
+    plain = run_cli(["plan", "--facts", str(profile)],
+                    {**clean_env(tmp_path), "PYTHONIOENCODING": "ascii"}).stdout
+    assert "  x SD101" in plain and "\x1b[" not in plain
