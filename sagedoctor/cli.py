@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sagedoctor",
         description="Install SageAttention correctly, and prove it works.",
     )
-    parser.add_argument("--version", action="version", version=f"sagedoctor {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"sagedoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     check = sub.add_parser(
@@ -235,8 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "a copy of run_nvidia_gpu.bat with --use-sage-attention, "
                                      "instead of the start-up hook")
         toggle.add_argument("-v", "--verbose", action="store_true")
-    tui = sub.add_parser("tui", help="the interactive app: check, plan, install, verify "
-                                     "(also what `sagedoctor` alone opens on a terminal)")
+    tui_help = ("the interactive app: check, plan, install, verify (also what `sagedoctor` "
+                "alone opens on a terminal)")
+    tui = sub.add_parser("tui", help=tui_help, description=(
+        "The interactive app: the check of the target and its findings, the plan, the install "
+        "with its progress and the verify, on one screen; also what `sagedoctor` alone opens "
+        "on a terminal. Needs a terminal (standard input and output)."))
     _target_options(tui, comfyui=False)
     tui.add_argument("--facts", type=Path, metavar="FILE",
                      help="check and plan a saved `check --json` file (a preview: nothing is "
@@ -272,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="print the result, what the index does not cover yet included, "
                               "as JSON")
     refresh.add_argument("-v", "--verbose", action="store_true")
+    for command in sub.choices.values():  # a bad argument shows that command's usage line
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -298,9 +304,11 @@ def _inspect(args: argparse.Namespace, areas: tuple[str, ...]) -> Facts:
                                        comfyui=getattr(args, "comfyui", None), areas=areas))
     if facts.target is None:
         failure = facts.failure_for("target")
+        detail, fix = failure.detail_and_fix() if failure else ("", None)
+        # One fix: the failure's own where it has one (two `fix:` lines at once were SD902's).
         raise TargetError("the target interpreter could not be inspected"
-                          + (f": {failure.message}" if failure else ""),
-                          "pass --venv DIR or --python EXE")
+                          + (f": {detail}" if detail else ""),
+                          fix or "pass --venv DIR or --python EXE")
     return facts
 
 
@@ -313,6 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    command_parser: argparse.ArgumentParser = getattr(args, "command_parser", None) or parser
     if args.command is None:
         if not _on_a_terminal():
             parser.print_help()
@@ -360,11 +369,11 @@ def _main(argv: Sequence[str]) -> int:
             from .commands.install import InstallOptions, run_install
 
             if args.source is not None and not args.source.is_dir():
-                parser.error(f"--source {args.source}: not a folder")
+                command_parser.error(f"--source {args.source}: not a folder")
             if args.facts is not None and not args.dry_run:
-                parser.error("--facts describes another machine: use it with --dry-run (or "
+                command_parser.error("--facts describes another machine: use it with --dry-run (or "
                              "`sagedoctor plan --facts`)")
-            _check_source_url(parser, args)
+            _check_source_url(command_parser, args)
             return run_install(InstallOptions(_plan_options(args), dry_run=args.dry_run,
                                               quick_verify=args.quick, offline=args.offline,
                                               source_url=args.source_url))
@@ -372,8 +381,8 @@ def _main(argv: Sequence[str]) -> int:
             from .commands.post_update import PostUpdateOptions, run_post_update
 
             if args.source is not None and not args.source.is_dir():
-                parser.error(f"--source {args.source}: not a folder")
-            _check_source_url(parser, args)
+                command_parser.error(f"--source {args.source}: not a folder")
+            _check_source_url(command_parser, args)
             return run_post_update(PostUpdateOptions(
                 venv=args.venv, python=args.python, root=args.root, index_file=args.index,
                 source_dir=args.source, source_url=args.source_url,

@@ -170,6 +170,14 @@ class ProbeFailure:
     area: str
     message: str
 
+    def detail_and_fix(self) -> tuple[str, str | None]:
+        """The message without the fix it carries, and that fix (a probe's SagedoctorError is
+        recorded as `message (fix: ...)`); None where it carries none."""
+        detail, has_fix, fix = self.message.rpartition(" (fix: ")
+        if has_fix and fix.endswith(")") and fix[:-1]:
+            return detail, fix[:-1]
+        return self.message, None
+
 
 @dataclass(frozen=True)
 class WrongKernel:

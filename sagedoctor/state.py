@@ -188,8 +188,12 @@ def hook_enabled(prefix: Path) -> bool:
 
 
 def venv_site_dirs(prefix: Path) -> list[str]:
-    """The venv's own site-packages (POSIX lib/pythonX.Y/, Windows Lib/)."""
-    found = sorted(str(p) for p in prefix.glob("lib/python3*/site-packages") if p.is_dir())
+    """The venv's own site-packages (POSIX lib/pythonX.Y/, Windows Lib/); under the prefix of
+    a Debian or Ubuntu system Python (an embedded-style copy of one) its dist-packages."""
+    found = sorted(str(p) for pattern in ("lib/python3*/site-packages",
+                                          "lib/python3*/dist-packages",
+                                          "local/lib/python3*/dist-packages")
+                   for p in prefix.glob(pattern) if p.is_dir())
     windows = prefix / "Lib" / "site-packages"
     if windows.is_dir() and str(windows) not in found:
         found.append(str(windows))

@@ -3,6 +3,8 @@
 # the host's PATH has an nvidia-smi (replaying the recorded H200) and an nvcc, CUDA_HOME is a
 # toolkit, and the test interpreter itself has sageattention, triton and the sagedoctor
 # runtime installed (the device's torch venv has the real ones). No test may see any of it.
+# Arguments go to pytest: CI passes `-m host`, the tests that read any of these (the rest are
+# listed in tests/conftest.py as host-independent).
 # It changes .venv: run it in a throw-away clone (CI does, after the stranger's run).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -73,3 +73,25 @@ def _no_network() -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+# The modules no GPU-like host can change: pure decisions over profiles and recorded files,
+# parsers, and code run with every host input injected (no nvidia-smi, nvcc, CUDA_HOME or
+# PATH of the test process is read, and the test interpreter's sageattention, triton and
+# runtime are never imported or borrowed). Every other test is marked `host` and runs again
+# in scripts/gpu-host-like.sh; a new module is `host` until it is listed here.
+HOST_INDEPENDENT = frozenset({
+    "test_agreement", "test_bench_block_orders", "test_compat", "test_docs", "test_facts",
+    "test_file_meta", "test_fuzz_comfyui", "test_fuzz_facts", "test_fuzz_index",
+    "test_fuzz_invokeai", "test_fuzz_state", "test_fuzz_versions", "test_import_graph",
+    "test_install_hostile", "test_install_steps", "test_integrity", "test_invokeai_config",
+    "test_proc", "test_profiles", "test_resolve", "test_resolve_uninstall",
+    "test_runtime_bundle", "test_state", "test_sweep_plan", "test_probe_failure_fix",
+    "test_user_install",  # its own tool folder and Python, the dependencies' wheels only
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem not in HOST_INDEPENDENT:
+            item.add_marker(pytest.mark.host)

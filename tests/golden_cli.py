@@ -54,7 +54,11 @@ def report(profile: Path, scrub: dict[str, str]) -> str:
 def main(args: list[str]) -> int:
     profiles, out, home = Path(args[0]), Path(args[1]), args[2]
     out.mkdir(parents=True, exist_ok=True)
-    scrub = {str(profiles): "<PROFILES>", home: "<HOME>"}
+    import sagedoctor
+
+    # The checkout's own folder (the index's path) differs in every clone.
+    package = str(Path(sagedoctor.__file__).resolve().parent)
+    scrub = {package: "<PACKAGE>", str(profiles): "<PROFILES>", home: "<HOME>"}
     for profile in sorted(profiles.glob("*.json")):
         (out / f"{profile.stem}.txt").write_bytes(report(profile, scrub).encode("utf-8"))
     return 0

@@ -7,6 +7,7 @@ the reason; `--launch-flag` writes a copy of run_nvidia_gpu.bat, never the origi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -39,10 +40,11 @@ FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
 SHORT = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def make_embedded(portable: Path, site: bool = True, more: tuple[str, ...] = ()) -> Path:
+def make_embedded(portable: Path, site: bool = True, list_site: bool = False) -> Path:
     """python_embeded/python: this machine's base interpreter behind a link, with a
     python._pth as the embeddable zip's (its stdlib lines point at this machine's stdlib);
-    CPython reads `<executable>._pth` beside the executable on every platform (3.11+)."""
+    CPython reads `<executable>._pth` beside the executable on every platform (3.11+).
+    list_site: the ._pth names the site directory itself, as a line of its own."""
     folder = portable / "python_embeded"
     for stand_in in ("python.exe", "python312._pth"):  # the recorded Windows files
         (folder / stand_in).unlink()
@@ -50,23 +52,34 @@ def make_embedded(portable: Path, site: bool = True, more: tuple[str, ...] = ())
     python.symlink_to(Path(getattr(sys, "_base_executable", sys.executable)).resolve())
     stdlib = sysconfig.get_paths()["stdlib"]
     lines = ["../ComfyUI", str(Path(stdlib).with_name(f"python{SHORT.replace('.', '')}.zip")),
-             stdlib, str(sysconfig.get_config_var("DESTSHARED")), ".", *more, "",
-             "# Uncomment to run site.main() automatically", "#import site"]
-    (folder / "python._pth").write_text("\n".join(lines + (["import site"] if site else []))
-                                        + "\n", encoding="utf-8")
-    (folder / "lib" / f"python{SHORT}" / "site-packages").mkdir(parents=True)
+             stdlib, str(sysconfig.get_config_var("DESTSHARED")), "."]
+    pth = folder / "python._pth"
+    pth.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    own_site = embedded_site(python)  # asked of it, with the ._pth in place
+    own_site.mkdir(parents=True)
+    if list_site:
+        lines.append(str(own_site.relative_to(folder)))
+    lines += ["", "# Uncomment to run site.main() automatically", "#import site"]
+    pth.write_text("\n".join(lines + (["import site"] if site else [])) + "\n", encoding="utf-8")
     return python
 
 
+@functools.cache
 def embedded_site(python: Path) -> Path:
-    return python.parent / "lib" / f"python{SHORT}" / "site-packages"
+    """The interpreter's own site directory, as it reports it (and as sagedoctor reads it):
+    lib/python3.X/site-packages under a python.org build's prefix, but
+    local/lib/python3.X/dist-packages under a Debian or Ubuntu system Python's."""
+    done = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True,
+                          env={"PATH": os.environ.get("PATH", "")}, timeout=60)
+    return Path(done.stdout.strip())
 
 
-def portable(tmp_path: Path, site: bool = True, more: tuple[str, ...] = ()
+def portable(tmp_path: Path, site: bool = True, list_site: bool = False
              ) -> tuple[Path, Path]:
     root = tmp_path / "Comfy ü" / "ComfyUI_windows_portable"
     shutil.copytree(FIXTURES / "portable" / "ComfyUI_windows_portable", root)
-    return root, make_embedded(root, site, more)
+    return root, make_embedded(root, site, list_site)
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -176,7 +189,7 @@ def test_a_pth_without_import_site_or_site_packages_stops_the_plan(tmp_path: Pat
 
 
 def test_enable_says_why_a_pth_without_import_site_cannot_run_the_hook(tmp_path: Path) -> None:
-    root, python = portable(tmp_path, site=False, more=(f"lib/python{SHORT}/site-packages",))
+    root, python = portable(tmp_path, site=False, list_site=True)
     env = clean_env(tmp_path)
     assert ask(python, "import json, sys; print(json.dumps({'last': sys.path[-1]}))",
                env) == {"last": str(embedded_site(python))}  # listed: packages there import

@@ -402,16 +402,23 @@ def test_a_long_build_says_its_time_and_latest_line(venv: tuple[Path, Path],
     assert out.index("still building") < out.index("built sageattention-2.2.0")
 
 
-def test_a_venv_that_prints_at_start_up_is_refused_by_uv_with_the_reason(
+def test_a_venv_that_prints_at_start_up_is_installed_into_or_refused_with_the_reason(
         venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
-    """sagedoctor's own queries ignore the noise; uv reads the interpreter's stdout and cannot,
-    so the install stops at uv's first call, says why, and changes nothing."""
+    """sagedoctor's own queries ignore the noise. Whether uv copes with an interpreter that
+    prints depends on uv's version (0.13 does; older ones could not read the interpreter), so
+    either the install completes, or it stops at uv's first call, says why and changes nothing:
+    never a half-changed venv, never an unexplained error."""
     python, packages = venv
-    (packages / "sitecustomize.py").write_text("print('hello from sitecustomize')\n",
-                                               encoding="utf-8")
+    sitecustomize = packages / "sitecustomize.py"
+    sitecustomize.write_text("print('hello from sitecustomize')\n", encoding="utf-8")
     before = tree_hashes(packages)
-    with pytest.raises(InstallError) as caught:
-        run(python, tmp_path, wheel_step(site, sage_wheel(tmp_path / "w")))
-    assert "prints something of its own at start-up" in caught.value.message
-    assert "make that start-up code quiet" in caught.value.fix
-    assert tree_hashes(packages) == before
+    try:
+        _executor, out = run(python, tmp_path, wheel_step(site, sage_wheel(tmp_path / "w")))
+    except InstallError as refused:
+        assert "prints something of its own at start-up" in refused.message
+        assert "make that start-up code quiet" in refused.fix
+        assert tree_hashes(packages) == before
+    else:
+        assert installed_distributions(python)["sageattention"] == "2.2.0"
+        assert "smoke check passed: cpu" in out
+        assert sitecustomize.read_text(encoding="utf-8") == "print('hello from sitecustomize')\n"

@@ -163,7 +163,7 @@ async def test_blocked_plan_names_what_to_fix() -> None:
         await settle(pilot)
         await pilot.press("p")
         await settle(pilot)
-        assert static(app, "#plan-head") == "No plan: fix these first."
+        assert static(app, "#plan-head") == "No plan: SageAttention cannot work on this machine."
         assert "SD101" in static(app, "#plan-steps")
         assert "Nothing will be changed" in static(app, "#plan-changes")
 

@@ -12,7 +12,7 @@ from ..install.recover import recover_pending
 from ..install.runlog import default_log_dir
 from ..install.source_url import chosen_source_url
 from ..plan import Blocked
-from ..render.plan import plan_exit_code, render_plan_json, render_plan_text
+from ..render.plan import plan_exit_code, render_plan_json, render_plan_text, text_style
 from .plan import PlanOptions, gather
 from .verify import run_verify
 
@@ -46,9 +46,11 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
         if options.plan.as_json:
             stream.write(render_plan_json(result, index.source))
         else:
-            stream.write(render_plan_text(result, header=f"index: {index.source}"))
+            stream.write(render_plan_text(result, header=f"index: {index.source}",
+                                          **text_style(stream)))
         return plan_exit_code(result)
-    stream.write(render_plan_text(result, header=f"index: {index.source}"))
+    stream.write(render_plan_text(result, header=f"index: {index.source}",
+                                  **text_style(stream)))
     stream.flush()
     if result.steps and all(step.action == "verify" for step in result.steps):
         # Nothing to install, only a verify to redo (the hooked venv after a torch rewrite):

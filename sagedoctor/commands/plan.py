@@ -14,7 +14,7 @@ from ..facts import Facts, load_facts_file
 from ..index import WheelIndex, load_index
 from ..plan import Blocked, Plan
 from ..probe import ProbeOptions, collect_facts
-from ..render.plan import plan_exit_code, render_plan_json, render_plan_text
+from ..render.plan import plan_exit_code, render_plan_json, render_plan_text, text_style
 
 
 @dataclass(frozen=True)
@@ -50,5 +50,6 @@ def run_plan(options: PlanOptions, out: TextIO | None = None) -> int:
     if options.as_json:
         stream.write(render_plan_json(result, index.source))
     else:
-        stream.write(render_plan_text(result, header=f"index: {index.source}"))
+        stream.write(render_plan_text(result, header=f"index: {index.source}",
+                                      **text_style(stream)))
     return plan_exit_code(result)

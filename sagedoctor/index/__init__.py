@@ -35,11 +35,14 @@ class IndexError_(SagedoctorError):
     code = "SD903"
 
     def __init__(self, source: str, where: str, problem: str) -> None:
-        super().__init__(
-            f"{source}: {where}: {problem}" if where else f"{source}: {problem}",
-            "fix that entry, or pass another index with --index FILE "
-            "(docs: index-format.md)",
-        )
+        # A file that cannot be read at all has no entry to fix.
+        fix = ("pass an index file that exists and is readable TOML with --index FILE, or "
+               "leave --index out for the shipped index (docs: index-format.md)"
+               if where == "file" else
+               "fix that entry, or pass another index with --index FILE "
+               "(docs: index-format.md)")
+        super().__init__(f"{source}: {where}: {problem}" if where else f"{source}: {problem}",
+                         fix)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,15 @@ from .gpu import probe_gpu
 from .invokeai import choose_root, locate_invokeai, read_config
 from .roots import HostRoots
 from .system import probe_system
-from .target import TARGET_TIMEOUT_S, current_os, default_interpreter, probe_target, venv_python
+from .target import (
+    TARGET_TIMEOUT_S,
+    current_os,
+    default_interpreter,
+    is_own_environment,
+    no_target,
+    probe_target,
+    venv_python,
+)
 from .toolchain import probe_toolchain
 
 # Which probes each area's findings read.
@@ -52,9 +60,9 @@ class ProbeOptions:
 
 
 def choose_target(options: ProbeOptions, invokeai_venv: str | None,
-                  comfyui: ComfyUIFacts | None = None) -> Path:
+                  comfyui: ComfyUIFacts | None = None) -> Path | None:
     """--python, --venv, --comfyui; else the one app found (InvokeAI first where both are);
-    else the active venv or this interpreter."""
+    else the active venv; never sagedoctor's own environment (None: nothing to inspect)."""
     if options.python is not None:
         return options.python
     if options.venv is not None:
@@ -65,7 +73,14 @@ def choose_target(options: ProbeOptions, invokeai_venv: str | None,
         return Path(venv_python(Path(invokeai_venv), current_os()))
     if comfyui is not None and comfyui.python:
         return Path(comfyui.python)
-    return default_interpreter()
+    active = default_interpreter()
+    return None if is_own_environment(active) else active
+
+
+def _probe_chosen(python: Path | None, venv: Path | None) -> Any:
+    if python is None:
+        raise no_target()  # its areas say so (SD190 with the three ways to choose)
+    return probe_target(python, venv=venv)
 
 
 def find_comfyui_for(options: ProbeOptions, os_name: str) -> ComfyUIFacts | None:
@@ -182,7 +197,7 @@ def collect_facts(options: ProbeOptions, on_area_done: AreaDone | None = None) -
     jobs: dict[str, Callable[[], Any]] = {
         "system": lambda: probe_system(roots),
         "gpu": lambda: probe_gpu(os_name, roots=roots),
-        "target": lambda: probe_target(target_python, venv=options.venv),
+        "target": lambda: _probe_chosen(target_python, options.venv),
         "toolchain": lambda: probe_toolchain(os_name, roots),
         "invokeai": lambda: read_config(located),
         "comfyui": lambda: comfy,  # found above: it decides the target

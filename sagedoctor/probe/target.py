@@ -42,6 +42,25 @@ def default_interpreter(env: dict[str, str] | None = None) -> Path:
     return Path(sys.executable)
 
 
+def is_own_environment(python: Path) -> bool:
+    """Whether this interpreter belongs to sagedoctor's own environment (the venv, or uv's or
+    pipx's tool folder, it runs from): it holds sagedoctor, never the app to diagnose."""
+    # Folders compared, not the interpreter's symlink target: every venv's python leads to
+    # the same base interpreter.
+    try:
+        here = python.absolute().parent
+        return Path(sys.prefix).resolve() in (here.parent.resolve(), here.resolve())
+    except OSError:
+        return False
+
+
+def no_target() -> TargetError:
+    return TargetError(
+        "no app was found and none was named: sagedoctor does not diagnose its own environment",
+        "name the app's Python: --venv DIR (its venv), --python EXE (its interpreter) or "
+        "--comfyui DIR (a ComfyUI install)")
+
+
 def _script_text() -> str:
     # A plain file read: importlib.resources costs ~15 ms of imports on every check.
     return Path(__file__).with_name("target_script.py").read_text(encoding="utf-8")

@@ -43,19 +43,45 @@ def plan_exit_code(result: Plan | Blocked) -> int:
     return exit_code(result.findings) or 1
 
 
+def text_style(stream: Any) -> dict[str, bool]:
+    """check's marks and colours for this stream: ✗ where its encoding has it, colour on a
+    terminal unless NO_COLOR (render.use_color)."""
+    import os
+
+    from .findings import can_encode_marks, use_color
+
+    isatty = getattr(stream, "isatty", lambda: False)()
+    return {"color": use_color(isatty, os.environ),
+            "unicode": can_encode_marks(getattr(stream, "encoding", None))}
+
+
+def blocked_headline(result: Blocked) -> str:
+    """What a blocked plan says first: where nothing can make SageAttention work here (a fatal
+    finding, exit 2, as check says it), that, not "fix these first"."""
+    if any(f.fatal for f in result.findings):
+        return "No plan: SageAttention cannot work on this machine."
+    return "No plan: fix these first."
+
+
 def render_plan_json(result: Plan | Blocked, index_source: str) -> str:
     return safe_json(plan_dict(result, index_source)) + "\n"
 
 
-def render_plan_text(result: Plan | Blocked, *, header: str = "") -> str:
+def render_plan_text(result: Plan | Blocked, *, header: str = "", color: bool = False,
+                     unicode: bool = False) -> str:
+    """color and unicode: as check's text (the same marks, painted the same way)."""
+    from .findings import _Style
+
     lines = [header] if header else []
     if isinstance(result, Blocked):
-        lines.append("No plan: fix these first.")
-        for f in result.findings:
-            lines.append(f"  x {f.code} {f.title}" + (f": {f.detail}" if f.detail else ""))
-            if f.fix:
-                lines.append(f"      fix: {f.fix}")
-        return _joined(lines)
+        style = _Style(color, unicode)
+        lines.append(blocked_headline(result))
+        text = _joined(lines)
+        for f in result.findings:  # the mark's colour is ours; the text is made safe alone
+            text += f"  {style.mark(f.severity)} " + _joined(
+                [f"{f.code} {f.title}" + (f": {f.detail}" if f.detail else "")]
+                + ([f"      fix: {f.fix}"] if f.fix else []))
+        return text
     if result.purpose == "uninstall":
         if not result.steps:  # else the caller's header says what it would change
             lines.append(f"Nothing to do: sagedoctor left nothing in {result.prefix}")

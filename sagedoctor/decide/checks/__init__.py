@@ -106,8 +106,10 @@ def diagnose(facts: Facts, index: WheelIndex | None = None,
             out.append(_crashed(check, exc))
     for failure in facts.probe_failures:
         area = _PROBE_AREA.get(failure.area, failure.area)
-        out.append(finding("SD190", "error", failure.message, area=area,
-                           title=f"Could not check {area}"))
+        # A failure that knows its fix says it as the fix, not inside the detail.
+        detail, fix = failure.detail_and_fix()
+        out.append(finding("SD190", "error", detail, area=area, title=f"Could not check {area}",
+                           fix=fix))
     if facts.comfyui is not None and runs_comfyui(facts.comfyui, facts.target, os_name):
         out = for_comfyui_target(out, facts.comfyui, facts.target, os_name)
     order = {a: i for i, a in enumerate(AREAS)}

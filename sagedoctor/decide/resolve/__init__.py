@@ -34,7 +34,9 @@ def resolve_plan(facts: Facts, index: WheelIndex,
     options = options or ResolveOptions()
     target = facts.target
     if facts.system is None or target is None:
-        failures = [f for f in diagnose(facts, index) if f.code == "SD190"]
+        # What could not be checked, and what no target could change (no GPU): exit 2 then,
+        # as check says for the same machine.
+        failures = [f for f in diagnose(facts, index) if f.code == "SD190" or f.fatal]
         return Blocked(tuple(failures) or (finding(
             "SD190", "error", "the target environment was not inspected", area="python",
             title="Could not check python"),))

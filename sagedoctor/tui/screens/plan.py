@@ -13,6 +13,7 @@ from textual.widgets import Footer, Header, Static
 
 from ...errors import SagedoctorError
 from ...plan import Blocked, Plan
+from ...render.plan import blocked_headline
 from ...render.terminal_text import one_line, printable
 from ..model import MARKS, downloads_summary, plan_summary, step_lines
 
@@ -70,7 +71,7 @@ Esc                 back to the check, nothing changed
         steps = self.query_one("#plan-steps", Static)
         changes = self.query_one("#plan-changes", Static)
         if isinstance(result, Blocked):
-            head.update("No plan: fix these first.")
+            head.update(blocked_headline(result))
             lines = []
             for f in result.findings:
                 lines.append(f"{MARKS[f.severity]} {f.code} {f.title}"
