@@ -21,8 +21,9 @@ import pytest
 
 from sagedoctor.install.errors import InstallLocked
 from sagedoctor.install.execute import Executor
-from sagedoctor.install.lock import venv_state_dir
+from sagedoctor.install.lock import venv_lock, venv_state_dir
 from sagedoctor.install.pending import pending_install
+from sagedoctor.install.recover import recover_pending
 from sagedoctor.install.runner import InstallError
 from sagedoctor.install.transaction import Journal
 from sagedoctor.plan import Step
@@ -332,9 +333,41 @@ def test_a_journal_that_cannot_be_read_is_still_pending(tmp_path: Path) -> None:
     assert pending is not None and pending.pid is None
     (folder / "journal.json").unlink()
     (folder / "journal.json").write_text(json.dumps({"pid": os.getpid(), "phase": "changing"}))
-    pending = pending_install(prefix, tmp_path / "state")
+    with venv_lock(folder, prefix, lambda _m: None):
+        pending = pending_install(prefix, tmp_path / "state")
     assert pending is not None and pending.running  # an install at work now, not a dead one
     assert pending_install(tmp_path / "another venv", tmp_path / "state") is None
+
+
+def test_a_stale_journal_whose_pid_now_is_another_process_is_recovered(
+        venv: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """D1: after a reboot the journal's PID belongs to an unrelated live process. The lock,
+    free, says no install runs: the journal is recovered, not waited on forever."""
+    python, _site = venv
+    prefix = python.parent.parent
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))  # recover_pending's default
+    folder = venv_state_dir(prefix)
+    unrelated = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a group leader
+    try:
+        journal = Journal(folder)
+        journal.begin(python, prefix, tmp_path / "old work", tmp_path / "old.log")
+        # written in an earlier boot: its build's group number is another's by now
+        journal.write(pid=unrelated.pid, build_pgid=unrelated.pid, boot="an earlier boot")
+        with venv_lock(folder, prefix, lambda _m: None):  # an install at work: running
+            held = pending_install(prefix)
+        assert held is not None and held.running
+        pending = pending_install(prefix)
+        assert pending is not None and not pending.running, pending
+        assert pending.pid == unrelated.pid
+        said: list[str] = []
+        assert recover_pending(prefix, said.append)  # what `sagedoctor install` runs first
+        assert any("was interrupted; recovering" in m for m in said), said
+        assert pending_install(prefix) is None and not journal.path.exists()
+        assert unrelated.poll() is None  # the unrelated process (group) was left alone
+        assert not any("stopped its build" in m for m in said), said
+    finally:
+        unrelated.kill()
+        unrelated.wait()
 
 
 def sha256_of(path: Path) -> str:

@@ -49,6 +49,47 @@ def _windows_pid_alive(pid: int) -> bool:
         kernel32.CloseHandle(handle)
 
 
+def lock_held(folder: Path) -> bool | None:
+    """Whether an install holds the venv's lock in `folder` now (None: cannot tell). The
+    lock, not a journal's PID, says whether an install runs: a PID is reused (after a reboot,
+    by any process), the OS frees the lock of a dead holder."""
+    path = folder / "install.lock"
+    try:
+        if not path.is_file():
+            return False  # an install creates it before its journal
+    except OSError:
+        return None
+    if sys.platform == "win32":
+        from filelock import FileLock, Timeout
+
+        probe = FileLock(str(path))
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            return True
+        except OSError:
+            return None
+        probe.release()
+        return False
+    import fcntl
+
+    try:  # read-only and not created: `check` probes it too
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
 def _read_pid(path: Path) -> int | None:
     try:
         with path.open("rb") as handle:

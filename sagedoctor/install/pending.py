@@ -13,7 +13,7 @@ from .. import exit_codes
 from ..errors import SagedoctorError
 from ..facts import InterruptedInstall
 from ..requirements import describe_pending, recovery_fix
-from .lock import pid_alive, venv_state_dir
+from .lock import lock_held, pid_alive, venv_state_dir
 
 MAX_JOURNAL_BYTES = 64 * 1024 * 1024  # a journal names files and backups; never gigabytes
 JOURNAL_FILE = "journal.json"
@@ -45,15 +45,17 @@ def _journal_fields(path: Path) -> tuple[int | None, str | None]:
 
 def pending_install(prefix: Path, state_root: Path | None = None) -> InterruptedInstall | None:
     """The journal an install left for this venv (keyed as the install keys it), or None."""
-    path = venv_state_dir(prefix, state_root) / JOURNAL_FILE
+    folder = venv_state_dir(prefix, state_root)
+    path = folder / JOURNAL_FILE
     try:
         if not (path.exists() or path.is_symlink()):
             return None
     except OSError:
         return None
     pid, phase = _journal_fields(path)
-    return InterruptedInstall(journal=str(path), pid=pid, phase=phase,
-                              running=pid is not None and pid_alive(pid))
+    held = lock_held(folder)  # the journal's PID may be another process's by now
+    running = held if held is not None else pid is not None and pid_alive(pid)
+    return InterruptedInstall(journal=str(path), pid=pid, phase=phase, running=running)
 
 
 def refuse_if_pending(prefix: Path, what: str, venv_arg: str,
