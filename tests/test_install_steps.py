@@ -248,6 +248,34 @@ def test_a_cxx20_build_is_keyed_labelled_and_recorded_the_same_from_the_cache(
     assert unpatched is not None and unpatched.built == {}
 
 
+def test_a_built_wheel_is_not_taken_for_an_index_pinning_another_archive(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    """D2: a wheel built from a measured archive is cached; an index that then pins another
+    archive_sha256 for that commit must not get it "from the cache": the pin is checked, as
+    it is without the built wheel (refused), and the same pin as measured is a cache hit."""
+    python, packages = venv
+    archive = source_archive(tmp_path)
+    site.routes[f"/archive/{COMMIT}.tar.gz"] = archive
+    url = site.url(f"/archive/{COMMIT}.tar.gz")
+    measured = Step("build-from-source", "Build", "why", ("sageattention",),
+                    build=settings_for(url, commit=COMMIT))
+    _first, out = run(python, tmp_path, measured)
+    assert "building:" in out and list((tmp_path / "cache" / "built").rglob("*.whl"))
+    installed = tree_hashes(packages)
+    other = hashlib.sha256(b"another archive").hexdigest()
+    pinned = Step("build-from-source", "Build", "why", ("sageattention",),
+                  build=settings_for(url, commit=COMMIT, sha256=other))
+    with pytest.raises(InstallError) as info:
+        run(python, tmp_path, pinned)
+    assert f"does not match the index's {other}" in info.value.message
+    assert tree_hashes(packages) == installed
+    same = Step("build-from-source", "Build", "why", ("sageattention",),
+                build=settings_for(url, commit=COMMIT,
+                                   sha256=hashlib.sha256(archive).hexdigest()))
+    _again, out = run(python, tmp_path, same)
+    assert "building:" not in out and "(from the cache)" in out
+
+
 def test_offline_with_a_cold_cache_says_what_is_missing(venv: tuple[Path, Path],
                                                         tmp_path: Path, site: Site) -> None:
     python, packages = venv

@@ -369,8 +369,17 @@ class Executor:
     def _build(self, settings: BuildSettings) -> Path:
         torch = (self.target["dists"].get("torch") or [{}])[0].get("version", "none")
         python_tag = "cp" + self.target["python"].replace(".", "")
-        key = (built_key(settings.commit, torch, python_tag, settings.arch_list,
-                         settings.cxx_standard) if settings.commit else None)
+        url = self.source_url or settings.source
+
+        def key_for(digest: str | None) -> str | None:
+            if settings.commit is None or digest is None:
+                return None
+            return built_key(settings.commit, torch, python_tag, settings.arch_list,
+                             settings.cxx_standard, digest)
+
+        # The archive's digest is part of the key: the index's pin, else the one measured
+        # for this URL (a wheel built from one archive is not one the index pins another for).
+        key = key_for(settings.source_sha256 or self.cache.measured(url))
         if key is not None and settings.commit is not None:
             hit = self.cache.built_wheel(key)
             if hit is not None:
@@ -380,9 +389,9 @@ class Executor:
                 return hit
         source = Path(settings.source)
         if settings.commit is not None:  # the pinned archive (or a local copy of it)
-            url = self.source_url or settings.source
             name = f"SageAttention-{settings.commit}.tar.gz"
             archive = self._fetch(name, url, settings.source_sha256, None)
+            key = key_for(file_sha256(archive))  # what is built from, by its sha256
             unpacked = self.work / "archive"
             if unpacked.exists():
                 shutil.rmtree(unpacked)
