@@ -493,6 +493,29 @@ def test_two_installs_at_once_the_second_is_refused_with_its_own_log(
     assert len(mine) == 1 and "building:" not in mine[0].read_text()
 
 
+def test_two_installs_with_different_state_folders_meet_at_the_venv(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    """D7: another XDG_STATE_HOME (HOME, sudo) is another state folder, another lock there:
+    the venv's own lock refuses the second install all the same."""
+    python, site = venv
+    before = tree_hashes(site)
+    first = start(python, fake_source(tmp_path / "src", slow=True), tmp_path,
+                  state=tmp_path / "another state")
+    try:
+        build_pids(tmp_path)
+        with pytest.raises(InstallLocked) as info:
+            executor(python, tmp_path, build_step(fake_source(tmp_path / "src2"))).run("0.1.0")
+        assert info.value.code == "SD911" and "another state folder" in info.value.message
+        assert not list((tmp_path / "state").rglob("journal.json"))
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    assert tree_hashes(site) == before
+    assert not list(python.parent.parent.glob("*.lock"))  # nothing left in the venv
+    again = executor(python, tmp_path, build_step(fake_source(tmp_path / "src3")))
+    again.run("0.1.0")  # both locks free again
+
+
 def test_a_signal_during_a_uv_call_waits_for_it_then_stops_the_run() -> None:
     from sagedoctor.install.errors import InstallInterrupted
     from sagedoctor.install.signals import deferred, interrupts_raise
