@@ -516,6 +516,43 @@ def test_two_installs_with_different_state_folders_meet_at_the_venv(
     again.run("0.1.0")  # both locks free again
 
 
+def test_a_plan_made_before_an_uninstall_ran_is_not_carried_out(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    """D15: the install planned, an `uninstall --all` took the lock and removed
+    sageattention, then the install took the lock: its plan (made for a venv holding
+    sageattention) is made again under the lock, differs, and nothing is done."""
+    from sagedoctor.install.errors import PlanOutdated
+    from sagedoctor.install.execute import installed_distributions
+    from sagedoctor.install.runner import Installer
+    from sagedoctor.plan import Plan
+
+    python, site = venv
+    step = build_step(fake_source(tmp_path / "src"))
+
+    def planned() -> Plan:  # the planner's view: an upgrade of the sageattention there
+        upgrade = "sageattention" in installed_distributions(python)
+        return plan(python, *([step] if upgrade else []))
+
+    made = planned()
+    # the uninstall that ran in between (the stand-in's RECORD does not list its dist-info)
+    Installer.for_target(python, tmp_path / "uv cache").uninstall(["sageattention"])
+    shutil.rmtree(next(site.glob("sageattention-*.dist-info")))
+    before = tree_hashes(site)
+    said: list[str] = []
+    with pytest.raises(PlanOutdated) as info:
+        Executor(made, said.append, tmp_path / "work", tmp_path / "logs",
+                 cache_dir=tmp_path / "cache", state_root=tmp_path / "state",
+                 replan=planned).run("0.1.0")
+    assert info.value.code == "SD919" and "nothing to do" in info.value.message
+    assert "nothing was changed" in info.value.fix
+    assert tree_hashes(site) == before and not any("building" in m for m in said)
+    add_installed_sage(site, "2.1.1")  # as planned again: the same plan goes through
+    Executor(planned(), said.append, tmp_path / "work2", tmp_path / "logs",
+             cache_dir=tmp_path / "cache", state_root=tmp_path / "state",
+             replan=planned).run("0.1.0")
+    assert any(m.startswith("committed: ") for m in said), said
+
+
 def test_a_signal_during_a_uv_call_waits_for_it_then_stops_the_run() -> None:
     from sagedoctor.install.errors import InstallInterrupted
     from sagedoctor.install.signals import deferred, interrupts_raise

@@ -58,7 +58,7 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
     from ..install.execute import execute_plan
 
     execute_plan(result, say, default_log_dir(), __version__, offline=options.offline,
-                 source_url=source_url)
+                 source_url=source_url, replan=lambda: gather(options.plan)[2])
     if any(step.action == "verify" for step in result.steps):
         return run_verify(Path(result.python), Path(result.prefix), options.quick_verify,
                           options.plan.as_json, stream)

@@ -24,6 +24,13 @@ class RecoveredInterruptedRun(InstallError):
     code = "SD914"
 
 
+class PlanOutdated(InstallError):
+    """The venv changed between the plan and the lock (an uninstall or another install ran
+    in between): the plan made before is not carried out."""
+
+    code = "SD919"
+
+
 class NotInCache(InstallError):
     code = "SD915"
 

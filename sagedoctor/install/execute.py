@@ -35,7 +35,7 @@ from ..invokeai import (
     save_edit_record,
     undo_edit,
 )
-from ..plan import ACTIONS, PACKAGE_ACTIONS, SAGE_ACTIONS, BuildSettings, Plan, Step
+from ..plan import ACTIONS, PACKAGE_ACTIONS, SAGE_ACTIONS, Blocked, BuildSettings, Plan, Step
 from ..proc import ToolMissing, ToolTimeout
 from ..state import record_install
 from ..target_answer import ask_target, with_answer_function
@@ -45,6 +45,7 @@ from .errors import (
     HostileDownload,
     InstallInterrupted,
     NotInCache,
+    PlanOutdated,
     RecoveredInterruptedRun,
     RollbackIncomplete,
     SmokeCheckFailed,
@@ -128,6 +129,16 @@ def _mib(size: int) -> str:
     return f"{size / (1 << 20):.1f} MiB"
 
 
+def plan_signature(plan: Plan | Blocked) -> list[tuple[Any, ...]]:
+    """What a plan does, without what varies from one planning to the next (the build's job
+    counts follow free memory): each step's action, distributions, paths and source."""
+    if isinstance(plan, Blocked):
+        return [("blocked", tuple(f.code for f in plan.findings))]
+    return [(s.action, s.distributions, s.paths, s.requirement,
+             s.wheel.file if s.wheel else None,
+             (s.build.source, s.build.commit) if s.build else None) for s in plan.steps]
+
+
 def _pinned(requirement: str) -> bool:
     spec = list(Requirement(requirement).specifier)
     return len(spec) == 1 and spec[0].operator in ("==", "===") and "*" not in spec[0].version
@@ -140,8 +151,10 @@ class Executor:
                  github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S,
                  report_every: float = REPORT_EVERY_S,
                  on_bytes: BytesProgress | None = None,
-                 cancel: threading.Event | None = None, log_name: str | None = None) -> None:
+                 cancel: threading.Event | None = None, log_name: str | None = None,
+                 replan: Callable[[], Plan | Blocked] | None = None) -> None:
         self.plan = plan
+        self.replan = replan  # the plan made anew from the venv as it is under the lock
         self.python = Path(plan.python)
         self.prefix = Path(plan.prefix)
         self.progress = progress
@@ -208,6 +221,7 @@ class Executor:
                     raise RecoveredInterruptedRun(
                         "an interrupted install was rolled back first; this plan was made "
                         "before that", "run `sagedoctor install` again: it plans afresh")
+                self._refuse_if_outdated()
                 self.journal = Journal(folder)
                 self.journal.begin(self.python, self.prefix, self.work, self.log.path)
                 keep_journal = False
@@ -222,6 +236,21 @@ class Executor:
                         self.journal.finish()
         finally:
             self.log.close()
+
+    def _refuse_if_outdated(self) -> None:
+        """Under the lock: the plan was made before it, and another sagedoctor (an uninstall,
+        another install) may have changed the venv in between."""
+        if self.replan is None:
+            return
+        now = self.replan()
+        if plan_signature(now) == plan_signature(self.plan):
+            return
+        planned = ("it is blocked now" if isinstance(now, Blocked) else
+                   "planned now: " + ("; ".join(s.title for s in now.steps) or "nothing to do"))
+        raise PlanOutdated(f"{self.prefix} changed after this plan was made (another sagedoctor "
+                           f"command ran in between); {planned}",
+                           "nothing was changed; run `sagedoctor install` again: it plans "
+                           "afresh")
 
     def _sage_step(self) -> Step | None:
         return next((s for s in self.plan.steps if s.action in SAGE_ACTIONS), None)
@@ -586,8 +615,9 @@ def execute_plan(plan: Plan, progress: Progress, log_dir: Path, runtime_version:
                  cache_dir: Path | None = None, offline: bool = False,
                  source_url: str | None = None, state_root: Path | None = None,
                  on_bytes: BytesProgress | None = None,
-                 cancel: threading.Event | None = None, log_name: str | None = None) -> None:
+                 cancel: threading.Event | None = None, log_name: str | None = None,
+                 replan: Callable[[], Plan | Blocked] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="sagedoctor-") as tmp:
         Executor(plan, progress, Path(tmp), log_dir, cache_dir=cache_dir, offline=offline,
                  source_url=source_url, state_root=state_root, on_bytes=on_bytes,
-                 cancel=cancel, log_name=log_name).run(runtime_version)
+                 cancel=cancel, log_name=log_name, replan=replan).run(runtime_version)
