@@ -119,7 +119,7 @@ try:
                  state_root=Path(cfg["state"]))
 except Exception as exc:
     print("ERROR", type(exc).__name__, getattr(exc, "code", ""), exc, "|",
-          getattr(exc, "fix", ""), flush=True)
+          getattr(exc, "fix", ""), f"exit={getattr(exc, 'exit_status', '')}", flush=True)
     sys.exit(3)
 print("DONE", flush=True)
 """
@@ -218,6 +218,62 @@ def kill_at_the_smoke_check(python: Path, tmp_path: Path, state: Path | None = N
     proc.kill()
     proc.communicate(timeout=30)
     (tmp_path / "hang").unlink()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_ctrl_c_or_sigterm_in_the_smoke_check_says_why_and_exits_130(
+        venv: tuple[Path, Path], tmp_path: Path, signum: int) -> None:
+    """D13: the rollback named no reason for Ctrl+C ("rolling back: "), and the run exited 3
+    (SD912) where the README says 130."""
+    python, site = venv
+    before = tree_hashes(site)
+    (tmp_path / "hang").write_text("", encoding="utf-8")  # the new sageattn() hangs
+    proc = start(python, fake_source(tmp_path / "src"), tmp_path)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("smoke check:"):
+            break
+    time.sleep(0.5)  # into the smoke check's wait
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=60)
+    out = "".join(seen) + out
+    reason = "stopped by Ctrl+C (SIGINT)" if signum == signal.SIGINT else "stopped by SIGTERM"
+    assert f"rolling back: {reason}" in out, out
+    assert "rolling back: \n" not in out
+    assert "SD912" in out and "exit=130" in out, out
+    assert tree_hashes(site) == before
+
+
+def test_ctrl_c_in_the_verify_after_the_commit_says_the_install_stays(tmp_path: Path) -> None:
+    """D13: Ctrl+C in the verify that follows a committed install said only "interrupted"."""
+    from tests.standins import make_venv
+
+    root = tmp_path / "venv ü"
+    site = make_venv(root)
+    started = tmp_path / "verify started"
+    (site / "sitecustomize.py").write_text(  # the target hangs at start-up: verify waits
+        f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(300)\n",
+        encoding="utf-8")
+    code = ("import sys\nfrom pathlib import Path\n"
+            "from sagedoctor.commands.install import verify_after_commit\n"
+            "sys.exit(verify_after_commit(Path(sys.argv[1]), Path(sys.argv[2]), True, False, "
+            "sys.stdout))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root / "bin" / "python"),
+                             str(root)], cwd=REPO, env=clean_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(started.exists, "the verify to start the target")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (out, err)
+    assert "the install was committed and stays" in err, err
+    assert f"sagedoctor verify --venv {root}" in err
 
 
 def test_sigkill_mid_change_is_rolled_back_by_the_next_run(venv: tuple[Path, Path],

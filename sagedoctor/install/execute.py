@@ -144,6 +144,13 @@ def _pinned(requirement: str) -> bool:
     return len(spec) == 1 and spec[0].operator in ("==", "===") and "*" not in spec[0].version
 
 
+def _reason(exc: BaseException) -> str:
+    """Why a run stops, never blank: Ctrl+C's KeyboardInterrupt carries no text."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "stopped by Ctrl+C (SIGINT)"
+    return str(exc) or type(exc).__name__
+
+
 class Executor:
     def __init__(self, plan: Plan, progress: Progress, work: Path, log_dir: Path, *,
                  cache_dir: Path | None = None, offline: bool = False,
@@ -508,7 +515,7 @@ class Executor:
 
     def _roll_back_and_raise(self, exc: BaseException) -> None:
         assert self.journal is not None
-        self.say(f"rolling back: {exc}")
+        self.say(f"rolling back: {_reason(exc)}")
         try:  # invokeai.yaml too: it is in the journal, as it is for a killed run's recovery
             state = roll_back(self.journal.data, self.say)
         except RollbackIncomplete as failed:
@@ -523,7 +530,8 @@ class Executor:
                 wrapped = InstallError(exc.message, f"Rolled back: {state}. {exc.fix}")
             raise wrapped from exc
         if isinstance(exc, KeyboardInterrupt):
-            raise InstallInterrupted("stopped by Ctrl+C", f"Rolled back: {state}.") from exc
+            raise InstallInterrupted("stopped by Ctrl+C (SIGINT)", f"Rolled back: {state}.") \
+                from exc
         raise exc
 
     def _apply(self, prepared: dict[int, Path], moves: list[tuple[str, str]]) -> None:
