@@ -689,3 +689,32 @@ def test_an_immutable_file_uv_cannot_replace_is_rolled_back_without_a_crash(
         assert tree_hashes(site) == before
     finally:
         subprocess.run(["chattr", "-i", str(target)], check=True)
+
+
+@pytest.mark.parametrize("pid", [2**31, 2**63 + 5])
+def test_a_journal_pid_too_large_for_the_os_is_no_internal_error(tmp_path: Path,
+                                                                 pid: int) -> None:
+    """D10: os.kill overflowed (OverflowError) on a journal PID of 2**31 or more: internal
+    error in check, enable, install and uninstall."""
+    from tests.standins import make_venv
+
+    root = tmp_path / "venv ü"
+    make_venv(root)
+    env = clean_env(tmp_path)
+    state = tmp_path / "home" / ".local" / "state" / "sagedoctor"  # the CLI's, under HOME
+    folder = venv_state_dir(root, state)
+    folder.mkdir(parents=True)
+    (folder / "journal.json").write_text(json.dumps({
+        "schema_version": 1, "pid": pid, "phase": "preparing", "build_pgid": pid,
+        "python": str(root / "bin" / "python"), "prefix": str(root)}), encoding="utf-8")
+    (folder / "install.pid").write_text(str(2**63 - 1), encoding="utf-8")
+    for command in (["check", "python"], ["enable"], ["uninstall", "--dry-run"]):
+        done = run_cli([*command, "--venv", str(root)], env, timeout=120)
+        said = done.stdout + done.stderr
+        assert "internal error" not in said and done.returncode in (0, 1), (command, said)
+        assert f"pid {pid}" in said, (command, said)
+    done = run_cli(["install", "--venv", str(root)], env, timeout=120)
+    said = done.stdout + done.stderr
+    assert "internal error" not in said, said
+    assert f"an earlier install (pid {pid}) was interrupted" in said, said
+    assert not (folder / "journal.json").exists()

@@ -28,6 +28,7 @@ from ..proc import ToolMissing, ToolTimeout
 from ..target_answer import ask_target, with_answer_function
 from .cache import file_sha256
 from .errors import RollbackIncomplete
+from .lock import MAX_PID
 from .runner import InstallError
 
 Say = Callable[[str], None]
@@ -373,13 +374,14 @@ def boot_id() -> str | None:
 
 def kill_group(pgid: int | None) -> bool:
     """Kill a build's whole process group that outlived its sagedoctor."""
-    if not pgid or sys.platform == "win32":
+    if (not isinstance(pgid, int) or isinstance(pgid, bool) or not 0 < pgid <= MAX_PID
+            or sys.platform == "win32"):
         return False
     try:
         if os.getpgid(pgid) != pgid:
             return False
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+    except (ProcessLookupError, PermissionError, OverflowError):
         return False
     return True
 
