@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeGuard
 
 from packaging.utils import canonicalize_name
 
-from .errors import OutOfSpace, disk_full
+from .errors import OutOfSpace, SettingError, disk_full
 from .file_meta import write_atomic
 from .runtime import files as names
 from .runtime.records import RecordUnreadable, read_record_bytes
@@ -33,7 +33,32 @@ HOOK_FILE = names.HOOK_FILE  # the start-up hook `sagedoctor enable` writes
 def state_dir() -> Path:
     from platformdirs import user_state_dir
 
-    return Path(user_state_dir("sagedoctor", appauthor=False))
+    root = Path(user_state_dir("sagedoctor", appauthor=False))
+    _refuse_unusable_state_root(root)
+    return root
+
+
+def _refuse_unusable_state_root(root: Path) -> None:
+    """XDG_STATE_HOME=/dev/null (or a file): the state folder can never be made under it.
+    Said as the setting it is (SD905), not met as an internal error at the first mkdir."""
+    import os
+    import stat
+    import sys
+
+    for folder in (root, *root.parents):
+        try:
+            info = folder.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:
+            return  # cannot tell: the write that follows says what is wrong
+        if stat.S_ISDIR(info.st_mode):
+            return
+        variable = ("LOCALAPPDATA" if sys.platform == "win32" else
+                    "XDG_STATE_HOME" if os.environ.get("XDG_STATE_HOME") else "HOME")
+        raise SettingError(variable, os.environ.get(variable, ""),
+                           f"usable: {folder} is not a folder, so sagedoctor's state folder "
+                           f"{root} cannot be made there")
 
 
 def venv_key(prefix: Path | str) -> str:
