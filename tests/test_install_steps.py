@@ -443,3 +443,47 @@ def test_a_venv_that_prints_at_start_up_is_refused_by_uv_with_the_reason(
     assert "prints something of its own at start-up" in caught.value.message
     assert "make that start-up code quiet" in caught.value.fix
     assert tree_hashes(packages) == before
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_installed_json_that_is_no_file_is_refused_before_anything_changes(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site, kind: str) -> None:
+    """D20: installed.json a folder: the install committed, then ended in an internal error
+    at the record, with no word on the venv. The preflight finds it first now."""
+    import os
+
+    from sagedoctor.install.preflight import PreflightRefused
+
+    python, packages = venv
+    record = python.parent.parent / "sagedoctor" / "installed.json"
+    record.parent.mkdir()
+    if kind == "folder":
+        record.mkdir()
+    else:
+        os.mkfifo(record)
+    before = tree_hashes(packages)
+    with pytest.raises(PreflightRefused) as info:
+        run(python, tmp_path, wheel_step(site, sage_wheel(tmp_path / "w")))
+    assert "SD135" in info.value.message and str(record) in info.value.message
+    assert site.requests == [] and tree_hashes(packages) == before
+
+
+def test_a_record_path_taken_after_the_preflight_says_the_install_was_committed(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    """D20: the folder appears at installed.json while the install runs: a plain error that
+    says the venv has the install, not an internal error."""
+    python, _packages = venv
+    record = python.parent.parent / "sagedoctor" / "installed.json"
+    step = wheel_step(site, sage_wheel(tmp_path / "w"))
+
+    def progress(message: str) -> None:
+        if message.startswith("smoke check:"):
+            record.mkdir(parents=True)
+
+    with pytest.raises(InstallError) as info:
+        Executor(plan(python, step), progress, tmp_path / "work", tmp_path / "logs",
+                 cache_dir=tmp_path / "cache", state_root=tmp_path / "state",
+                 github_api="http://127.0.0.1:9").run("0.1.0")
+    assert "the install was committed" in info.value.message, info.value.message
+    assert str(record) in info.value.message and "move" in info.value.fix
+    assert installed_distributions(python)["sageattention"] == "2.2.0"

@@ -505,10 +505,18 @@ class Executor:
         built = ({"sageattention": "source build, C++ standard of torch's headers: "
                                    + "; ".join(self.build_patches)}
                  if self.build_patches else None)
-        record_install(self.plan.prefix, dists_before, now["all"],
-                       self.plan.changed_distributions, built)
-        for edit in self.edits:  # the invokeai.yaml edit, for uninstall --all and disable
-            save_edit_record(self.plan.prefix, edit)
+        try:
+            record_install(self.plan.prefix, dists_before, now["all"],
+                           self.plan.changed_distributions, built)
+            for edit in self.edits:  # the invokeai.yaml edit, for uninstall --all and disable
+                save_edit_record(self.plan.prefix, edit)
+        except OSError as exc:  # a folder put where the record goes since the preflight
+            where = exc.filename2 or exc.filename or f"{self.prefix}/sagedoctor"
+            raise InstallError(
+                f"the install was committed ({'; '.join(self.done)}), but its record {where} "
+                f"could not be written: {exc.strerror or exc}",
+                f"move {where} away and run `sagedoctor install` again to write it; until "
+                "then `sagedoctor uninstall` does not know what this install put in") from exc
         self.say("committed: " + "; ".join(self.done))
         for reason in self.fallback_reasons:  # said again at the end: the build log is long
             self.say(f"installed by the source build of the pinned commit, because {reason}")
