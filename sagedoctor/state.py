@@ -176,7 +176,7 @@ def write_record(path: Path, data: dict[str, Any], what: str) -> None:
         write_atomic(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
     except OSError as exc:
         if disk_full(exc):
-            raise OutOfSpace(path.parent, f"{what}; the previous one is kept") from exc
+            raise OutOfSpace(path, f"{what}; the previous one is kept") from exc
         raise
 
 
