@@ -205,14 +205,17 @@ def _descendants(pid: int) -> list[Any]:
         return []
 
 
+MAX_PID = 2**32 - 1  # no OS has a PID beyond it; os.kill overflows past a C int
+
+
 def pid_alive(pid: int) -> bool:
-    if pid <= 0:
+    if pid <= 0 or pid > MAX_PID:  # a journal's number from a hostile or damaged file
         return False
     if sys.platform == "win32":  # os.kill(pid, 0) would terminate the process there
         return _windows_pid_alive(pid)
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import stat
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
 from packaging.utils import canonicalize_name
 
-from .errors import OutOfSpace, disk_full
+from .errors import OutOfSpace, SettingError, disk_full
 from .facts import InterruptedInstall
 from .file_meta import write_atomic
 from .proc import pid_alive
@@ -36,7 +38,32 @@ HOOK_FILE = names.HOOK_FILE  # the start-up hook `sagedoctor enable` writes
 def state_dir() -> Path:
     from platformdirs import user_state_dir
 
-    return Path(user_state_dir("sagedoctor", appauthor=False))
+    root = Path(user_state_dir("sagedoctor", appauthor=False))
+    _refuse_unusable_state_root(root)
+    return root
+
+
+def _refuse_unusable_state_root(root: Path) -> None:
+    """XDG_STATE_HOME=/dev/null (or a file): the state folder can never be made under it.
+    Said as the setting it is (SD905), not met as an internal error at the first mkdir."""
+    import os
+    import stat
+    import sys
+
+    for folder in (root, *root.parents):
+        try:
+            info = folder.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:
+            return  # cannot tell: the write that follows says what is wrong
+        if stat.S_ISDIR(info.st_mode):
+            return
+        variable = ("LOCALAPPDATA" if sys.platform == "win32" else
+                    "XDG_STATE_HOME" if os.environ.get("XDG_STATE_HOME") else "HOME")
+        raise SettingError(variable, os.environ.get(variable, ""),
+                           f"usable: {folder} is not a folder, so sagedoctor's state folder "
+                           f"{root} cannot be made there")
 
 
 def venv_key(prefix: Path | str) -> str:
@@ -154,7 +181,7 @@ def write_record(path: Path, data: dict[str, Any], what: str) -> None:
         write_atomic(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
     except OSError as exc:
         if disk_full(exc):
-            raise OutOfSpace(path.parent, f"{what}; the previous one is kept") from exc
+            raise OutOfSpace(path, f"{what}; the previous one is kept") from exc
         raise
 
 
@@ -417,5 +444,47 @@ def pending_install(prefix: Path, state_root: Path | None = None) -> Interrupted
     except OSError:
         return None
     pid, phase = _journal_fields(path)
-    return InterruptedInstall(journal=str(path), pid=pid, phase=phase,
-                              running=pid is not None and pid_alive(pid))
+    held = lock_held(path.parent)  # the journal's PID may be another process's by now
+    running = held if held is not None else pid is not None and pid_alive(pid)
+    return InterruptedInstall(journal=str(path), pid=pid, phase=phase, running=running)
+
+
+def lock_held(folder: Path) -> bool | None:
+    """Whether an install holds the venv's lock in `folder` now (None: cannot tell). The
+    lock, not a journal's PID, says whether an install runs: a PID is reused (after a reboot,
+    by any process), the OS frees the lock of a dead holder."""
+    path = folder / "install.lock"
+    try:
+        if not path.is_file():
+            return False  # an install creates it before its journal
+    except OSError:
+        return None
+    if sys.platform == "win32":
+        from filelock import FileLock, Timeout
+
+        probe = FileLock(str(path))
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            return True
+        except OSError:
+            return None
+        probe.release()
+        return False
+    import fcntl
+
+    try:  # read-only and not created: `check` probes it too
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

@@ -133,6 +133,31 @@ def test_bad_index_is_rejected_naming_the_entry(label: str, mutate: Callable[[di
     assert info.value.code == "SD903"
 
 
+@pytest.mark.parametrize("entry", [
+    "--index-url=http://127.0.0.1:8766/simple/", "-i http://127.0.0.1/simple/",
+    "--extra-index-url", "setuptools @ http://127.0.0.1:8766/setuptools.whl",
+    "setuptools @ file:///tmp/setuptools.whl", "setuptools @ git+https://x.org/s.git",
+    "setuptools @ https://user:pw@x.org/s.whl", "-e .", "setuptools>=62 --hash=sha256:00",
+    "", "setuptools\n--index-url=http://x", "../setuptools",
+])
+def test_build_requires_are_pep_508_requirements_without_options_or_plain_urls(
+        entry: str) -> None:
+    """D3: uv obeyed an option or an http URL given as a build requirement."""
+    data = shipped_data()
+    data["source"]["build_requires"] = ["wheel", entry]
+    with pytest.raises(IndexError_) as info:
+        parse_index(data, "my-index.toml")
+    assert info.value.code == "SD903" and "build_requires" in info.value.message, \
+        info.value.message
+
+
+def test_build_requires_may_name_an_https_url() -> None:
+    data = shipped_data()
+    data["source"]["build_requires"] = ["setuptools @ https://files.example.org/s.whl",
+                                        "wheel>=0.40", "packaging; python_version >= '3.9'"]
+    assert parse_index(data, "my-index.toml").build.build_requires[0].startswith("setuptools @")
+
+
 def test_unreadable_and_invalid_toml_files(tmp_path: Path) -> None:
     with pytest.raises(IndexError_, match="cannot read it"):
         load_index_file(tmp_path / "absent.toml")

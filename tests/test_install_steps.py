@@ -248,6 +248,34 @@ def test_a_cxx20_build_is_keyed_labelled_and_recorded_the_same_from_the_cache(
     assert unpatched is not None and unpatched.built == {}
 
 
+def test_a_built_wheel_is_not_taken_for_an_index_pinning_another_archive(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    """D2: a wheel built from a measured archive is cached; an index that then pins another
+    archive_sha256 for that commit must not get it "from the cache": the pin is checked, as
+    it is without the built wheel (refused), and the same pin as measured is a cache hit."""
+    python, packages = venv
+    archive = source_archive(tmp_path)
+    site.routes[f"/archive/{COMMIT}.tar.gz"] = archive
+    url = site.url(f"/archive/{COMMIT}.tar.gz")
+    measured = Step("build-from-source", "Build", "why", ("sageattention",),
+                    build=settings_for(url, commit=COMMIT))
+    _first, out = run(python, tmp_path, measured)
+    assert "building:" in out and list((tmp_path / "cache" / "built").rglob("*.whl"))
+    installed = tree_hashes(packages)
+    other = hashlib.sha256(b"another archive").hexdigest()
+    pinned = Step("build-from-source", "Build", "why", ("sageattention",),
+                  build=settings_for(url, commit=COMMIT, sha256=other))
+    with pytest.raises(InstallError) as info:
+        run(python, tmp_path, pinned)
+    assert f"does not match the index's {other}" in info.value.message
+    assert tree_hashes(packages) == installed
+    same = Step("build-from-source", "Build", "why", ("sageattention",),
+                build=settings_for(url, commit=COMMIT,
+                                   sha256=hashlib.sha256(archive).hexdigest()))
+    _again, out = run(python, tmp_path, same)
+    assert "building:" not in out and "(from the cache)" in out
+
+
 def test_offline_with_a_cold_cache_says_what_is_missing(venv: tuple[Path, Path],
                                                         tmp_path: Path, site: Site) -> None:
     python, packages = venv
@@ -422,3 +450,48 @@ def test_a_venv_that_prints_at_start_up_is_installed_into_or_refused_with_the_re
         assert installed_distributions(python)["sageattention"] == "2.2.0"
         assert "smoke check passed: cpu" in out
         assert sitecustomize.read_text(encoding="utf-8") == "print('hello from sitecustomize')\n"
+
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_installed_json_that_is_no_file_is_refused_before_anything_changes(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site, kind: str) -> None:
+    """D20: installed.json a folder: the install committed, then ended in an internal error
+    at the record, with no word on the venv. The preflight finds it first now."""
+    import os
+
+    from sagedoctor.install.preflight import PreflightRefused
+
+    python, packages = venv
+    record = python.parent.parent / "sagedoctor" / "installed.json"
+    record.parent.mkdir()
+    if kind == "folder":
+        record.mkdir()
+    else:
+        os.mkfifo(record)
+    before = tree_hashes(packages)
+    with pytest.raises(PreflightRefused) as info:
+        run(python, tmp_path, wheel_step(site, sage_wheel(tmp_path / "w")))
+    assert "SD135" in info.value.message and str(record) in info.value.message
+    assert site.requests == [] and tree_hashes(packages) == before
+
+
+def test_a_record_path_taken_after_the_preflight_says_the_install_was_committed(
+        venv: tuple[Path, Path], tmp_path: Path, site: Site) -> None:
+    """D20: the folder appears at installed.json while the install runs: a plain error that
+    says the venv has the install, not an internal error."""
+    python, _packages = venv
+    record = python.parent.parent / "sagedoctor" / "installed.json"
+    step = wheel_step(site, sage_wheel(tmp_path / "w"))
+
+    def progress(message: str) -> None:
+        if message.startswith("smoke check:"):
+            record.mkdir(parents=True)
+
+    with pytest.raises(InstallError) as info:
+        Executor(plan(python, step), progress, tmp_path / "work", tmp_path / "logs",
+                 cache_dir=tmp_path / "cache", state_root=tmp_path / "state",
+                 github_api="http://127.0.0.1:9").run("0.1.0")
+    assert "the install was committed" in info.value.message, info.value.message
+    assert str(record) in info.value.message and "move" in info.value.fix
+    assert installed_distributions(python)["sageattention"] == "2.2.0"

@@ -131,9 +131,37 @@ def test_a_full_state_disk_keeps_the_previous_verify_record(tmp_path: Path,
     with pytest.raises(OutOfSpace) as caught:
         save_record(prefix, VerifyRecord("broken", "2026-12-04T00:00:00Z", {"torch": "2.12.0"}))
     monkeypatch.setattr(os, "write", real_write)
-    assert caught.value.code == "SD922" and str(path.parent) in caught.value.message
+    assert caught.value.code == "SD922" and str(path) in caught.value.message  # the file
     assert load_record(prefix) == old  # the old record, whole
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no partial file
+
+
+@needs_dev_full
+def test_verify_on_a_full_venv_disk_leaves_no_temporary_file_and_names_the_file(
+        tmp_path: Path) -> None:
+    """D11: verify's calibration write on a full disk left a 0-byte .tmp in <venv>/sagedoctor
+    per run, and SD922 named no file (the failed write carried no file name)."""
+    import os
+
+    from sagedoctor.errors import disk_full
+    from sagedoctor.runtime.decisions import Calibration, Decision
+    from sagedoctor.verify import write_calibration
+
+    prefix = tmp_path / "venv ü"
+    folder = prefix / "sagedoctor"
+    folder.mkdir(parents=True)
+    calibration = Calibration()
+    calibration.put("GPU-0", "bf16|128|32|4096|4096|0", Decision(
+        True, "fp8", 1.5, 1.4, 1.6, 5, "verify", "2026-12-07T00:00:00Z"), "H200", "sm90")
+    # this process's temporary file, on a disk with no room (the kernel's own ENOSPC)
+    (folder / f"calibration.json.{os.getpid()}.tmp").symlink_to(DEV_FULL)
+    with pytest.raises(OSError) as caught:
+        write_calibration(prefix, calibration)
+    assert disk_full(caught.value)
+    assert caught.value.filename == str(folder / "calibration.json")
+    assert OutOfSpace(caught.value.filename).message.endswith(
+        str(folder / "calibration.json"))  # what the CLI says (SD922) for it
+    assert list(folder.iterdir()) == []  # no temporary file left, no partial record
 
 
 @needs_dev_full

@@ -90,3 +90,26 @@ def test_the_repair_command_names_an_embedded_python_by_its_interpreter(tmp_path
         "--python", str(embedded / "python.exe"))
     assert post_update_hint(str(venv)) == f"sagedoctor post-update --venv {venv}"
     assert post_update_hint(str(embedded)).startswith("sagedoctor post-update --python ")
+
+
+@pytest.mark.parametrize("where", ["/dev/null", "a file"])
+def test_a_state_home_that_is_no_folder_is_a_setting_error_not_an_internal_one(
+        tmp_path: Path, where: str) -> None:
+    """D18: XDG_STATE_HOME=/dev/null ended verify, install, uninstall and post-update in an
+    internal error at the first mkdir under it."""
+    from tests.standins import clean_env, make_venv, run_cli
+
+    make_venv(tmp_path / "venv")
+    env = clean_env(tmp_path)
+    if where == "a file":
+        (tmp_path / "a file").write_text("", encoding="utf-8")
+        where = str(tmp_path / "a file")
+    env["XDG_STATE_HOME"] = where
+    for command in (["verify", "--quick"], ["install"], ["uninstall", "--yes"],
+                    ["post-update", "--yes"]):
+        done = run_cli([*command, "--venv", str(tmp_path / "venv")], env, timeout=120)
+        said = done.stdout + done.stderr
+        assert "internal error" not in said, (command, said)
+        assert done.returncode == 64 and "SD905" in said and "XDG_STATE_HOME" in said, \
+            (command, said)
+        assert f"{where} is not a folder" in said

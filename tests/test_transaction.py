@@ -21,7 +21,8 @@ import pytest
 
 from sagedoctor.install.errors import InstallLocked
 from sagedoctor.install.execute import Executor
-from sagedoctor.install.lock import venv_state_dir
+from sagedoctor.install.lock import venv_lock, venv_state_dir
+from sagedoctor.install.recover import recover_pending
 from sagedoctor.install.runner import InstallError
 from sagedoctor.install.transaction import Journal
 from sagedoctor.plan import Step
@@ -118,7 +119,7 @@ try:
                  state_root=Path(cfg["state"]))
 except Exception as exc:
     print("ERROR", type(exc).__name__, getattr(exc, "code", ""), exc, "|",
-          getattr(exc, "fix", ""), flush=True)
+          getattr(exc, "fix", ""), f"exit={getattr(exc, 'exit_status', '')}", flush=True)
     sys.exit(3)
 print("DONE", flush=True)
 """
@@ -217,6 +218,62 @@ def kill_at_the_smoke_check(python: Path, tmp_path: Path, state: Path | None = N
     proc.kill()
     proc.communicate(timeout=30)
     (tmp_path / "hang").unlink()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_ctrl_c_or_sigterm_in_the_smoke_check_says_why_and_exits_130(
+        venv: tuple[Path, Path], tmp_path: Path, signum: int) -> None:
+    """D13: the rollback named no reason for Ctrl+C ("rolling back: "), and the run exited 3
+    (SD912) where the README says 130."""
+    python, site = venv
+    before = tree_hashes(site)
+    (tmp_path / "hang").write_text("", encoding="utf-8")  # the new sageattn() hangs
+    proc = start(python, fake_source(tmp_path / "src"), tmp_path)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("smoke check:"):
+            break
+    time.sleep(0.5)  # into the smoke check's wait
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=60)
+    out = "".join(seen) + out
+    reason = "stopped by Ctrl+C (SIGINT)" if signum == signal.SIGINT else "stopped by SIGTERM"
+    assert f"rolling back: {reason}" in out, out
+    assert "rolling back: \n" not in out
+    assert "SD912" in out and "exit=130" in out, out
+    assert tree_hashes(site) == before
+
+
+def test_ctrl_c_in_the_verify_after_the_commit_says_the_install_stays(tmp_path: Path) -> None:
+    """D13: Ctrl+C in the verify that follows a committed install said only "interrupted"."""
+    from tests.standins import make_venv
+
+    root = tmp_path / "venv ü"
+    site = make_venv(root)
+    started = tmp_path / "verify started"
+    (site / "sitecustomize.py").write_text(  # the target hangs at start-up: verify waits
+        f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(300)\n",
+        encoding="utf-8")
+    code = ("import sys\nfrom pathlib import Path\n"
+            "from sagedoctor.commands.install import verify_after_commit\n"
+            "sys.exit(verify_after_commit(Path(sys.argv[1]), Path(sys.argv[2]), True, False, "
+            "sys.stdout))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root / "bin" / "python"),
+                             str(root)], cwd=REPO, env=clean_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(started.exists, "the verify to start the target")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (out, err)
+    assert "the install was committed and stays" in err, err
+    assert f"sagedoctor verify --venv {root}" in err
 
 
 def test_sigkill_mid_change_is_rolled_back_by_the_next_run(venv: tuple[Path, Path],
@@ -332,9 +389,41 @@ def test_a_journal_that_cannot_be_read_is_still_pending(tmp_path: Path) -> None:
     assert pending is not None and pending.pid is None
     (folder / "journal.json").unlink()
     (folder / "journal.json").write_text(json.dumps({"pid": os.getpid(), "phase": "changing"}))
-    pending = pending_install(prefix, tmp_path / "state")
+    with venv_lock(folder, prefix, lambda _m: None):
+        pending = pending_install(prefix, tmp_path / "state")
     assert pending is not None and pending.running  # an install at work now, not a dead one
     assert pending_install(tmp_path / "another venv", tmp_path / "state") is None
+
+
+def test_a_stale_journal_whose_pid_now_is_another_process_is_recovered(
+        venv: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """D1: after a reboot the journal's PID belongs to an unrelated live process. The lock,
+    free, says no install runs: the journal is recovered, not waited on forever."""
+    python, _site = venv
+    prefix = python.parent.parent
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))  # recover_pending's default
+    folder = venv_state_dir(prefix)
+    unrelated = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a group leader
+    try:
+        journal = Journal(folder)
+        journal.begin(python, prefix, tmp_path / "old work", tmp_path / "old.log")
+        # written in an earlier boot: its build's group number is another's by now
+        journal.write(pid=unrelated.pid, build_pgid=unrelated.pid, boot="an earlier boot")
+        with venv_lock(folder, prefix, lambda _m: None):  # an install at work: running
+            held = pending_install(prefix)
+        assert held is not None and held.running
+        pending = pending_install(prefix)
+        assert pending is not None and not pending.running, pending
+        assert pending.pid == unrelated.pid
+        said: list[str] = []
+        assert recover_pending(prefix, said.append)  # what `sagedoctor install` runs first
+        assert any("was interrupted; recovering" in m for m in said), said
+        assert pending_install(prefix) is None and not journal.path.exists()
+        assert unrelated.poll() is None  # the unrelated process (group) was left alone
+        assert not any("stopped its build" in m for m in said), said
+    finally:
+        unrelated.kill()
+        unrelated.wait()
 
 
 def sha256_of(path: Path) -> str:
@@ -460,6 +549,66 @@ def test_two_installs_at_once_the_second_is_refused_with_its_own_log(
     assert len(mine) == 1 and "building:" not in mine[0].read_text()
 
 
+def test_two_installs_with_different_state_folders_meet_at_the_venv(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    """D7: another XDG_STATE_HOME (HOME, sudo) is another state folder, another lock there:
+    the venv's own lock refuses the second install all the same."""
+    python, site = venv
+    before = tree_hashes(site)
+    first = start(python, fake_source(tmp_path / "src", slow=True), tmp_path,
+                  state=tmp_path / "another state")
+    try:
+        build_pids(tmp_path)
+        with pytest.raises(InstallLocked) as info:
+            executor(python, tmp_path, build_step(fake_source(tmp_path / "src2"))).run("0.1.0")
+        assert info.value.code == "SD911" and "another state folder" in info.value.message
+        assert not list((tmp_path / "state").rglob("journal.json"))
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    assert tree_hashes(site) == before
+    assert not list(python.parent.parent.glob("*.lock"))  # nothing left in the venv
+    again = executor(python, tmp_path, build_step(fake_source(tmp_path / "src3")))
+    again.run("0.1.0")  # both locks free again
+
+
+def test_a_plan_made_before_an_uninstall_ran_is_not_carried_out(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    """D15: the install planned, an `uninstall --all` took the lock and removed
+    sageattention, then the install took the lock: its plan (made for a venv holding
+    sageattention) is made again under the lock, differs, and nothing is done."""
+    from sagedoctor.install.errors import PlanOutdated
+    from sagedoctor.install.execute import installed_distributions
+    from sagedoctor.install.runner import Installer
+    from sagedoctor.plan import Plan
+
+    python, site = venv
+    step = build_step(fake_source(tmp_path / "src"))
+
+    def planned() -> Plan:  # the planner's view: an upgrade of the sageattention there
+        upgrade = "sageattention" in installed_distributions(python)
+        return plan(python, *([step] if upgrade else []))
+
+    made = planned()
+    # the uninstall that ran in between (the stand-in's RECORD does not list its dist-info)
+    Installer.for_target(python, tmp_path / "uv cache").uninstall(["sageattention"])
+    shutil.rmtree(next(site.glob("sageattention-*.dist-info")))
+    before = tree_hashes(site)
+    said: list[str] = []
+    with pytest.raises(PlanOutdated) as info:
+        Executor(made, said.append, tmp_path / "work", tmp_path / "logs",
+                 cache_dir=tmp_path / "cache", state_root=tmp_path / "state",
+                 replan=planned).run("0.1.0")
+    assert info.value.code == "SD919" and "nothing to do" in info.value.message
+    assert "nothing was changed" in info.value.fix
+    assert tree_hashes(site) == before and not any("building" in m for m in said)
+    add_installed_sage(site, "2.1.1")  # as planned again: the same plan goes through
+    Executor(planned(), said.append, tmp_path / "work2", tmp_path / "logs",
+             cache_dir=tmp_path / "cache", state_root=tmp_path / "state",
+             replan=planned).run("0.1.0")
+    assert any(m.startswith("committed: ") for m in said), said
+
+
 def test_a_signal_during_a_uv_call_waits_for_it_then_stops_the_run() -> None:
     from sagedoctor.install.errors import InstallInterrupted
     from sagedoctor.install.signals import deferred, interrupts_raise
@@ -540,3 +689,32 @@ def test_an_immutable_file_uv_cannot_replace_is_rolled_back_without_a_crash(
         assert tree_hashes(site) == before
     finally:
         subprocess.run(["chattr", "-i", str(target)], check=True)
+
+
+@pytest.mark.parametrize("pid", [2**31, 2**63 + 5])
+def test_a_journal_pid_too_large_for_the_os_is_no_internal_error(tmp_path: Path,
+                                                                 pid: int) -> None:
+    """D10: os.kill overflowed (OverflowError) on a journal PID of 2**31 or more: internal
+    error in check, enable, install and uninstall."""
+    from tests.standins import make_venv
+
+    root = tmp_path / "venv ü"
+    make_venv(root)
+    env = clean_env(tmp_path)
+    state = tmp_path / "home" / ".local" / "state" / "sagedoctor"  # the CLI's, under HOME
+    folder = venv_state_dir(root, state)
+    folder.mkdir(parents=True)
+    (folder / "journal.json").write_text(json.dumps({
+        "schema_version": 1, "pid": pid, "phase": "preparing", "build_pgid": pid,
+        "python": str(root / "bin" / "python"), "prefix": str(root)}), encoding="utf-8")
+    (folder / "install.pid").write_text(str(2**63 - 1), encoding="utf-8")
+    for command in (["check", "python"], ["enable"], ["uninstall", "--dry-run"]):
+        done = run_cli([*command, "--venv", str(root)], env, timeout=120)
+        said = done.stdout + done.stderr
+        assert "internal error" not in said and done.returncode in (0, 1), (command, said)
+        assert f"pid {pid}" in said, (command, said)
+    done = run_cli(["install", "--venv", str(root)], env, timeout=120)
+    said = done.stdout + done.stderr
+    assert "internal error" not in said, said
+    assert f"an earlier install (pid {pid}) was interrupted" in said, said
+    assert not (folder / "journal.json").exists()

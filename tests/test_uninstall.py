@@ -231,6 +231,29 @@ def test_uninstall_is_refused_while_an_install_holds_the_lock(
     assert "sagedoctor-runtime" not in dists(installed_venv)
 
 
+def test_uninstall_during_a_running_install_plans_no_rollback_of_it(
+        tmp_path: Path, installed_venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An install at work (its lock held, its journal there) is no interrupted install: the
+    uninstall listed "Roll back the interrupted install" for it, then met the lock."""
+    env = offline_env(tmp_path)
+    monkeypatch.setenv("HOME", env["HOME"])
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    prefix = target_prefix(installed_venv)
+    folder = venv_state_dir(prefix, state_dir())
+    before = dists(installed_venv)
+    with venv_lock(folder, prefix, lambda _line: None):
+        (folder / "journal.json").write_text(json.dumps({"pid": os.getpid(),
+                                                         "phase": "changing"}))
+        for args in (["--dry-run"], ["--all", "--yes"]):
+            refused = uninstall(["--venv", str(installed_venv), *args], env)
+            said = refused.stdout + refused.stderr
+            assert "Roll back the interrupted install" not in said, said
+            assert refused.returncode != 0 and "SD911" in said, said
+            assert "cannot uninstall now" in said and f"pid {os.getpid()}" in said
+        (folder / "journal.json").unlink()
+    assert dists(installed_venv) == before
+
+
 USER_CONFIG = ("# my InvokeAI settings\n"
                "schema_version: 4.0.3\n"
                "precision: float16  # the card is happier so\n")

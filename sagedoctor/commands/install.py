@@ -60,9 +60,22 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
     from ..install.execute import execute_plan
 
     execute_plan(result, say, default_log_dir(), __version__, offline=options.offline,
-                 source_url=source_url)
+                 source_url=source_url, replan=lambda: gather(options.plan)[2])
     if any(step.action == "verify" for step in result.steps):
-        return run_verify(Path(result.python), Path(result.prefix), options.quick_verify,
-                          options.plan.as_json, stream)
+        return verify_after_commit(Path(result.python), Path(result.prefix),
+                                   options.quick_verify, options.plan.as_json, stream)
     stream.write("Nothing to do.\n")
     return 0
+
+
+def verify_after_commit(python: Path, prefix: Path, quick: bool, as_json: bool,
+                        stream: TextIO) -> int:
+    """The verify that follows a committed install: Ctrl+C there stops the verify only, and
+    says that the install stays (the hook stays off until a verify passes)."""
+    try:
+        return run_verify(python, prefix, quick, as_json, stream)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"sagedoctor: the verify was interrupted (Ctrl+C); the install was "
+                         f"committed and stays, and SageAttention stays off until a verify "
+                         f"passes: run `sagedoctor verify --venv {prefix}`\n")
+        return exit_codes.INTERRUPTED

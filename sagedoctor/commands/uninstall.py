@@ -69,7 +69,16 @@ def run_uninstall(target: TargetFacts, *, yes: bool, dry_run: bool, everything: 
                   log_dir: Path | None = None) -> int:
     stream = out or sys.stdout
     prefix = Path(target.prefix)
-    plan = resolve_uninstall(uninstall_facts(target, invokeai, state_root), everything)
+    facts = uninstall_facts(target, invokeai, state_root)
+    if facts.interrupted is not None and facts.interrupted.running:
+        from ..decide.requirements import describe_pending
+        from ..install.errors import InstallLocked
+
+        # an install at work, not an interrupted one: nothing to roll back, nothing to plan
+        raise InstallLocked(f"cannot uninstall now: {describe_pending(facts.interrupted)}",
+                            "wait for the install to finish, then run uninstall again; "
+                            "nothing was changed")
+    plan = resolve_uninstall(facts, everything)
     if isinstance(plan, Blocked):
         stream.write(render_plan_text(plan))
         return 1

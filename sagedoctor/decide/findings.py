@@ -13,7 +13,7 @@ AREAS = ("system", "gpu", "python", "torch", "triton", "sageattention", "toolcha
 SUMMARY_CODES = frozenset({"SD100", "SD110", "SD130", "SD140", "SD150", "SD160", "SD170", "SD180",
                            "SD220"})
 # Found by the install's preflight (what the commit phase would meet), not by `check`.
-PREFLIGHT_CODES = frozenset({"SD195", "SD196", "SD198"})
+PREFLIGHT_CODES = frozenset({"SD135", "SD195", "SD196", "SD198"})
 
 
 @dataclass(frozen=True)
@@ -354,6 +354,12 @@ _KINDS = [
                 "This InvokeAI has an attention_backend setting with a SageAttention choice, "
                 "and invokeai.yaml does not select it: `sagedoctor install` sets it.",
                 "`sagedoctor install --venv VENV`."),
+    FindingKind("SD135", "python", "A record of sagedoctor in the venv is not a file",
+                "What the install writes after its commit (<venv>/sagedoctor/installed.json, "
+                "invokeai-edit.json) is a folder, FIFO, device or socket there: the record "
+                "could not be written, and uninstall would not know what the install put in. "
+                "Found before any download.",
+                "Move the named path away (it is not sagedoctor's file), then run again."),
     FindingKind("SD195", "invokeai", "invokeai.yaml not writable",
                 "The install's edit step writes invokeai.yaml atomically beside a backup: the "
                 "file and its folder must be writable by this user. Found before any download.",

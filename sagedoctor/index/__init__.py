@@ -331,6 +331,38 @@ def parse_windows_wheel(row: TomlTable, release_base: str) -> WindowsWheel:
     )
 
 
+def _build_requires(table: TomlTable) -> tuple[str, ...]:
+    """PEP 508 requirements, each a name with optional version, extras and marker, or a
+    name @ an https URL: they reach uv's command line, where an option (--index-url=http...)
+    or an http/file/VCS URL would be obeyed."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    entries = table.texts("build_requires")
+    for entry in entries:
+        problem = None
+        if entry != entry.strip() or entry.startswith("-") or any(
+                c in entry for c in "\r\n\0"):
+            problem = "is an option or holds a line break, not a requirement"
+        else:
+            try:
+                url = Requirement(entry).url
+            except InvalidRequirement:
+                problem = "is not a PEP 508 requirement"
+            else:
+                if url is not None:
+                    try:
+                        parts = urlsplit(url)
+                    except ValueError:
+                        parts = None
+                    if (parts is None or parts.scheme != "https" or not parts.hostname
+                            or parts.username is not None or parts.password is not None):
+                        problem = ("names a URL that is not https (or that holds a user "
+                                   "or password)")
+        if problem is not None:
+            raise table.fail(f"build_requires: {entry[:80]!r} {problem}")
+    return entries
+
+
 def _source(table: TomlTable) -> SourceSpec:
     repository = _https(table, "repository", table.text("repository"))
     commit = table.text("commit")
@@ -356,7 +388,7 @@ def _source(table: TomlTable) -> SourceSpec:
         raise table.fail("archive_sha256 must be 64 lower-case hex digits")
     spec = SourceSpec(
         repository=repository, commit=commit, archive=archive, archs=archs, min_nvcc=min_nvcc,
-        build_requires=table.texts("build_requires"),
+        build_requires=_build_requires(table),
         gib_per_nvcc_thread=table.number("gib_per_nvcc_thread"),
         reserve_gib=table.number("reserve_gib"),
         archive_sha256=archive_sha256,

@@ -53,11 +53,16 @@ _PATCHES = "patches.json"  # beside a built wheel: what its build patched
 
 
 def built_key(commit: str, torch_build: str, python_tag: str, arch_list: str,
-              cxx_standard: int | None = None) -> str:
+              cxx_standard: int | None = None, source_sha256: str | None = None) -> str:
     """A raised C++ standard is part of what was built (a build left as upstream wrote it
-    keeps the key it always had)."""
+    keeps the key it always had); so is the sha256 of the source it was built from: a wheel
+    built from one archive is never taken for an index pinning another."""
     parts = [commit, torch_build, python_tag, arch_list]
-    text = json.dumps([*parts, f"c++{cxx_standard}"] if cxx_standard else parts)
+    if cxx_standard:
+        parts.append(f"c++{cxx_standard}")
+    if source_sha256 is not None:
+        parts.append(f"source-sha256:{source_sha256}")
+    text = json.dumps(parts)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 

@@ -3,6 +3,7 @@ runner.py."""
 
 from __future__ import annotations
 
+from .. import exit_codes
 from .runner import InstallError
 
 
@@ -11,9 +12,11 @@ class InstallLocked(InstallError):
 
 
 class InstallInterrupted(InstallError):
-    """A signal (SIGTERM, SIGHUP) arrived; raised in the main thread so the rollback runs."""
+    """A signal (SIGTERM, SIGHUP) arrived; raised in the main thread so the rollback runs.
+    Exits 130, as Ctrl+C does (README): interrupted, and rolled back first."""
 
     code = "SD912"
+    exit_status = exit_codes.INTERRUPTED
 
 
 class RollbackIncomplete(InstallError):
@@ -22,6 +25,13 @@ class RollbackIncomplete(InstallError):
 
 class RecoveredInterruptedRun(InstallError):
     code = "SD914"
+
+
+class PlanOutdated(InstallError):
+    """The venv changed between the plan and the lock (an uninstall or another install ran
+    in between): the plan made before is not carried out."""
+
+    code = "SD919"
 
 
 class NotInCache(InstallError):

@@ -51,7 +51,7 @@ from ..events import (
     StepStarted,
     step_lines,
 )
-from ..plan import ACTIONS, PACKAGE_ACTIONS, SAGE_ACTIONS, BuildSettings, Plan, Step
+from ..plan import ACTIONS, PACKAGE_ACTIONS, SAGE_ACTIONS, Blocked, BuildSettings, Plan, Step
 from ..proc import ToolMissing, ToolTimeout
 from ..state import record_install
 from ..target_answer import ask_target, with_answer_function
@@ -61,6 +61,7 @@ from .errors import (
     HostileDownload,
     InstallInterrupted,
     NotInCache,
+    PlanOutdated,
     RecoveredInterruptedRun,
     RollbackIncomplete,
     SmokeCheckFailed,
@@ -139,9 +140,26 @@ def _local(url: str) -> str | None:
     return host if host in LOCAL_HOSTS else None
 
 
+def plan_signature(plan: Plan | Blocked) -> list[tuple[Any, ...]]:
+    """What a plan does, without what varies from one planning to the next (the build's job
+    counts follow free memory): each step's action, distributions, paths and source."""
+    if isinstance(plan, Blocked):
+        return [("blocked", tuple(f.code for f in plan.findings))]
+    return [(s.action, s.distributions, s.paths, s.requirement,
+             s.wheel.file if s.wheel else None,
+             (s.build.source, s.build.commit) if s.build else None) for s in plan.steps]
+
+
 def _pinned(requirement: str) -> bool:
     spec = list(Requirement(requirement).specifier)
     return len(spec) == 1 and spec[0].operator in ("==", "===") and "*" not in spec[0].version
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a run stops, never blank: Ctrl+C's KeyboardInterrupt carries no text."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "stopped by Ctrl+C (SIGINT)"
+    return str(exc) or type(exc).__name__
 
 
 class Executor:
@@ -151,8 +169,10 @@ class Executor:
                  github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S,
                  report_every: float = REPORT_EVERY_S,
                  on_event: OnEvent | None = None,
-                 cancel: threading.Event | None = None, log_name: str | None = None) -> None:
+                 cancel: threading.Event | None = None, log_name: str | None = None,
+                 replan: Callable[[], Plan | Blocked] | None = None) -> None:
         self.plan = plan
+        self.replan = replan  # the plan made anew from the venv as it is under the lock
         self.python = Path(plan.python)
         self.prefix = Path(plan.prefix)
         self.progress = progress
@@ -229,6 +249,7 @@ class Executor:
                     raise RecoveredInterruptedRun(
                         "an interrupted install was rolled back first; this plan was made "
                         "before that", "run `sagedoctor install` again: it plans afresh")
+                self._refuse_if_outdated()
                 self.journal = Journal(folder)
                 self.journal.begin(self.python, self.prefix, self.work, self.log.path)
                 keep_journal = False
@@ -243,6 +264,21 @@ class Executor:
                         self.journal.finish()
         finally:
             self.log.close()
+
+    def _refuse_if_outdated(self) -> None:
+        """Under the lock: the plan was made before it, and another sagedoctor (an uninstall,
+        another install) may have changed the venv in between."""
+        if self.replan is None:
+            return
+        now = self.replan()
+        if plan_signature(now) == plan_signature(self.plan):
+            return
+        planned = ("it is blocked now" if isinstance(now, Blocked) else
+                   "planned now: " + ("; ".join(s.title for s in now.steps) or "nothing to do"))
+        raise PlanOutdated(f"{self.prefix} changed after this plan was made (another sagedoctor "
+                           f"command ran in between); {planned}",
+                           "nothing was changed; run `sagedoctor install` again: it plans "
+                           "afresh")
 
     def _sage_step(self) -> Step | None:
         return next((s for s in self.plan.steps if s.action in SAGE_ACTIONS), None)
@@ -388,8 +424,17 @@ class Executor:
     def _build(self, settings: BuildSettings) -> Path:
         torch = (self.target["dists"].get("torch") or [{}])[0].get("version", "none")
         python_tag = "cp" + self.target["python"].replace(".", "")
-        key = (built_key(settings.commit, torch, python_tag, settings.arch_list,
-                         settings.cxx_standard) if settings.commit else None)
+        url = self.source_url or settings.source
+
+        def key_for(digest: str | None) -> str | None:
+            if settings.commit is None or digest is None:
+                return None
+            return built_key(settings.commit, torch, python_tag, settings.arch_list,
+                             settings.cxx_standard, digest)
+
+        # The archive's digest is part of the key: the index's pin, else the one measured
+        # for this URL (a wheel built from one archive is not one the index pins another for).
+        key = key_for(settings.source_sha256 or self.cache.measured(url))
         if key is not None and settings.commit is not None:
             hit = self.cache.built_wheel(key)
             if hit is not None:
@@ -399,9 +444,9 @@ class Executor:
                 return hit
         source = Path(settings.source)
         if settings.commit is not None:  # the pinned archive (or a local copy of it)
-            url = self.source_url or settings.source
             name = f"SageAttention-{settings.commit}.tar.gz"
             archive = self._fetch(name, url, settings.source_sha256, None)
+            key = key_for(file_sha256(archive))  # what is built from, by its sha256
             unpacked = self.work / "archive"
             if unpacked.exists():
                 shutil.rmtree(unpacked)
@@ -479,17 +524,25 @@ class Executor:
         built = ({"sageattention": "source build, C++ standard of torch's headers: "
                                    + "; ".join(self.build_patches)}
                  if self.build_patches else None)
-        record_install(self.plan.prefix, dists_before, now["all"],
-                       self.plan.changed_distributions, built)
-        for edit in self.edits:  # the invokeai.yaml edit, for uninstall --all and disable
-            save_edit_record(self.plan.prefix, edit)
+        try:
+            record_install(self.plan.prefix, dists_before, now["all"],
+                           self.plan.changed_distributions, built)
+            for edit in self.edits:  # the invokeai.yaml edit, for uninstall --all and disable
+                save_edit_record(self.plan.prefix, edit)
+        except OSError as exc:  # a folder put where the record goes since the preflight
+            where = exc.filename2 or exc.filename or f"{self.prefix}/sagedoctor"
+            raise InstallError(
+                f"the install was committed ({'; '.join(self.done)}), but its record {where} "
+                f"could not be written: {exc.strerror or exc}",
+                f"move {where} away and run `sagedoctor install` again to write it; until "
+                "then `sagedoctor uninstall` does not know what this install put in") from exc
         self.say("committed: " + "; ".join(self.done))
         for reason in self.fallback_reasons:  # said again at the end: the build log is long
             self.say(f"installed by the source build of the pinned commit, because {reason}")
 
     def _roll_back_and_raise(self, exc: BaseException) -> None:
         assert self.journal is not None
-        self.emit(RollbackStarted(str(exc)))
+        self.emit(RollbackStarted(_reason(exc)))
         try:  # invokeai.yaml too: it is in the journal, as it is for a killed run's recovery
             state = roll_back(self.journal.data, self.say)
         except RollbackIncomplete as failed:
@@ -504,7 +557,8 @@ class Executor:
                 wrapped = InstallError(exc.message, f"Rolled back: {state}. {exc.fix}")
             raise wrapped from exc
         if isinstance(exc, KeyboardInterrupt):
-            raise InstallInterrupted("stopped by Ctrl+C", f"Rolled back: {state}.") from exc
+            raise InstallInterrupted("stopped by Ctrl+C (SIGINT)", f"Rolled back: {state}.") \
+                from exc
         raise exc
 
     def _apply(self, prepared: dict[int, Path], moves: list[tuple[str, str]]) -> None:
@@ -597,8 +651,9 @@ def execute_plan(plan: Plan, progress: Progress, log_dir: Path, runtime_version:
                  cache_dir: Path | None = None, offline: bool = False,
                  source_url: str | None = None, state_root: Path | None = None,
                  on_event: OnEvent | None = None,
-                 cancel: threading.Event | None = None, log_name: str | None = None) -> None:
+                 cancel: threading.Event | None = None, log_name: str | None = None,
+                 replan: Callable[[], Plan | Blocked] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="sagedoctor-") as tmp:
         Executor(plan, progress, Path(tmp), log_dir, cache_dir=cache_dir, offline=offline,
                  source_url=source_url, state_root=state_root, on_event=on_event,
-                 cancel=cancel, log_name=log_name).run(runtime_version)
+                 cancel=cancel, log_name=log_name, replan=replan).run(runtime_version)

@@ -1,10 +1,12 @@
 """One install per venv at a time: a filelock in the state folder, with the holder's PID beside
-it. The OS frees the lock of a dead holder; its PID file is then taken over and said so."""
+it, and a second lock on the venv itself (two state folders, one venv). The OS frees the lock
+of a dead holder; its PID file is then taken over and said so."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -30,6 +32,50 @@ def _read_pid(path: Path) -> int | None:
     return int(text) if text.isdigit() and len(text) < 20 else None
 
 
+VENV_SIDE_LOCK = "sagedoctor-install.lock"  # Windows only: in the venv, deleted on release
+
+
+@contextlib.contextmanager
+def _venv_side_lock(prefix: Path) -> Iterator[None]:
+    """The lock that lives with the venv itself: two installs whose state folders differ
+    (another XDG_STATE_HOME or HOME, sudo) meet here. POSIX: flock on the venv's folder (no
+    file is left in it); Windows: a lock file in it, which filelock removes on release."""
+    if sys.platform == "win32":
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(Path(prefix) / VENV_SIDE_LOCK))
+        try:
+            lock.acquire(timeout=0.5)
+        except Timeout:
+            raise _locked(prefix, None, " from another state folder") from None
+        try:
+            yield
+        finally:
+            lock.release()
+        return
+    import fcntl
+
+    try:
+        fd = os.open(prefix, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # a venv folder we cannot open: uv could not install into it either
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _locked(prefix, None, " from another state folder") from None
+        yield
+    finally:
+        os.close(fd)  # frees the flock
+
+
+def _locked(prefix: Path, holder: int | None, where: str = "") -> InstallLocked:
+    return InstallLocked(
+        f"another sagedoctor install (pid {holder or 'unknown'}{where}) is working on {prefix}",
+        "wait for it to finish; two installs at once would mix their changes")
+
+
 @contextlib.contextmanager
 def venv_lock(folder: Path, prefix: Path, say: Callable[[str], None]) -> Iterator[None]:
     from filelock import FileLock, Timeout
@@ -40,18 +86,18 @@ def venv_lock(folder: Path, prefix: Path, say: Callable[[str], None]) -> Iterato
     try:
         lock.acquire(timeout=0.5)
     except Timeout:
-        holder = _read_pid(pid_file)
-        raise InstallLocked(
-            f"another sagedoctor install (pid {holder or 'unknown'}) is working on {prefix}",
-            "wait for it to finish; two installs at once would mix their changes") from None
+        raise _locked(prefix, _read_pid(pid_file)) from None
     try:
-        old = _read_pid(pid_file)
-        if old is not None and old != os.getpid():
-            state = "no longer running" if not pid_alive(old) else "still running, unlocked"
-            say(f"taking over the install lock of pid {old} ({state})")
-        with room_needed(pid_file, "the install lock's PID file; nothing was changed"):
-            pid_file.write_text(str(os.getpid()), encoding="utf-8")
-        yield
+        with _venv_side_lock(prefix):
+            old = _read_pid(pid_file)
+            if old is not None and old != os.getpid():
+                state = "no longer running" if not pid_alive(old) else "still running, unlocked"
+                say(f"taking over the install lock of pid {old} ({state})")
+            with room_needed(pid_file, "the install lock's PID file; nothing was changed"):
+                pid_file.write_text(str(os.getpid()), encoding="utf-8")
+            try:
+                yield
+            finally:
+                pid_file.unlink(missing_ok=True)
     finally:
-        pid_file.unlink(missing_ok=True)
         lock.release()

@@ -66,6 +66,8 @@ class PreflightState:
     config: ConfigState | None
     running: tuple[ProcessInfo, ...]  # the target's InvokeAI, running now
     free: tuple[tuple[str, str, int | None, int], ...]  # (what, folder, free bytes, needed)
+    # records the commit writes whose path holds something else: (path, what it is)
+    blocked_records: tuple[tuple[str, str], ...] = ()
 
 
 def preflight_findings(plan: Plan, state: PreflightState) -> list[Finding]:
@@ -89,6 +91,9 @@ def preflight_findings(plan: Plan, state: PreflightState) -> list[Finding]:
         if not config.writable:
             out.append(finding("SD195", "error", f"{config.path} or its folder is not "
                                "writable by this user"))
+    for path, kind in state.blocked_records:
+        out.append(finding("SD135", "error", f"{path} is {kind}, not a file: the record the "
+                           "install writes there after its commit could not be written"))
     for what, folder, free, needed in state.free:
         if free is not None and free < needed:
             out.append(finding("SD198", "error", f"{what}: {free / GIB:.1f} GiB free in "
@@ -128,6 +133,22 @@ def _free(folder: Path) -> int | None:
         return None  # unknowable: say nothing rather than refuse
 
 
+def _not_a_file(path: Path) -> str | None:
+    """What stands at a record's path where it is not a regular file (or a link to one)."""
+    import stat
+
+    try:
+        mode = path.lstat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return None  # a link is replaced whole by the atomic write
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device")
+
+
 def gather_state(plan: Plan, work: Path, state_dir: Path,
                  processes: Callable[[], Iterable[ProcessInfo]] = running_processes
                  ) -> PreflightState:
@@ -148,7 +169,15 @@ def gather_state(plan: Plan, work: Path, state_dir: Path,
         free.append(("the venv's new files", str(prefix), _free(prefix), VENV_NEEDS_BYTES))
         free.append(("the backups of what is replaced", str(state_dir), _free(state_dir),
                      VENV_NEEDS_BYTES))
-    return PreflightState(config, running, tuple(free))
+    blocked: list[tuple[str, str]] = []
+    if plan.purpose != "uninstall" and actions & CHANGING_ACTIONS:
+        from ..apps.invokeai import edit_record_path
+        from ..state import VenvFiles
+
+        records = [VenvFiles(prefix).installed] + ([Path(edit_record_path(prefix))]
+                                                     if edit is not None else [])
+        blocked = [(str(p), kind) for p in records if (kind := _not_a_file(p)) is not None]
+    return PreflightState(config, running, tuple(free), tuple(blocked))
 
 
 def run_preflight(plan: Plan, work: Path, state_dir: Path,

@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name
 
 from ..errors import room_needed
 from ..file_meta import FileMeta, meta_of, restore_meta, write_atomic, write_keeping_meta
-from ..proc import ToolMissing, ToolTimeout, pid_alive
+from ..proc import MAX_PID, ToolMissing, ToolTimeout
 from ..target_answer import ask_target, with_answer_function
 from .cache import file_sha256
 from .errors import RollbackIncomplete
@@ -162,7 +162,7 @@ class Journal:
         self.data = {}
         self.write(schema_version=1, pid=os.getpid(), started=time.time(), python=str(python),
                    prefix=str(prefix), work=str(work), log=str(log), phase="preparing",
-                   build_pgid=None)
+                   build_pgid=None, boot=boot_id())
 
     def finish(self) -> None:
         if self.backup.exists():
@@ -362,15 +362,25 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
             f"{file_count(before)} files match their sha256 from before{configs}")
 
 
+def boot_id() -> str | None:
+    """This boot's identity (Linux), None where unknown: a journal's build group is killed
+    only in the boot that wrote it (after a reboot its number is another process's)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except (OSError, ValueError):
+        return None
+
+
 def kill_group(pgid: int | None) -> bool:
     """Kill a build's whole process group that outlived its sagedoctor."""
-    if not pgid or sys.platform == "win32":
+    if (not isinstance(pgid, int) or isinstance(pgid, bool) or not 0 < pgid <= MAX_PID
+            or sys.platform == "win32"):
         return False
     try:
         if os.getpgid(pgid) != pgid:
             return False
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+    except (ProcessLookupError, PermissionError, OverflowError):
         return False
     return True
 
@@ -382,11 +392,9 @@ def recover_interrupted(folder: Path, say: Say) -> bool:
         return False
     data = journal.load()
     pid = data.get("pid")
-    if isinstance(pid, int) and pid != os.getpid() and pid_alive(pid):
-        raise RollbackIncomplete(f"the install of pid {pid} left a journal and still runs",
-                                 "wait for it to end")
+    # Its writer held this lock while it ran: a live process of that PID now is another one.
     say(f"an earlier install (pid {pid}) was interrupted; recovering before anything else")
-    if kill_group(data.get("build_pgid")):
+    if data.get("boot") == boot_id() and kill_group(data.get("build_pgid")):
         say(f"stopped its build (process group {data['build_pgid']})")
     work = data.get("work")
     if isinstance(work, str) and Path(work).exists():

@@ -15,6 +15,7 @@ File form (schema 2), `<venv>/sagedoctor/calibration.json`:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -237,10 +238,17 @@ def save_calibration(path: str, calibration: Calibration) -> None:
     if folder:
         os.makedirs(folder, exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(calibration.to_json(), handle, indent=1)
-        handle.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(calibration.to_json(), handle, indent=1)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):  # a full disk left a 0-byte file per run
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:  # a write names no file
+            raise OSError(exc.errno, exc.strerror, path) from exc
+        raise
 
 
 def merge_into_file(path: str, update: Calibration) -> Calibration:
