@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 from .errors import OutOfSpace, disk_full
 from .file_meta import write_atomic
 from .runtime import files as names
-from .runtime.records import RecordUnreadable, read_record_bytes
+from .runtime.records import RecordUnreadable, read_record_bytes, record_problem
 
 SCHEMA_VERSION = 1
 VERDICTS = ("routing", "sdpa-only", "broken")
@@ -320,6 +320,11 @@ def arming_problem(prefix: Path, record: VerifyRecord) -> str | None:
             "fingerprint") != record.fingerprint:
         return (f"the venv's arming record {path} is from another verify "
                 f"({armed.get('verified_at')}, not {record.verified_at})")
+    # The hook also refuses a calibration record that is no file (a folder, a FIFO, a loop):
+    # the same answer here, so that check reports it and post-update's verify replaces it.
+    calibration = record_problem(str(VenvFiles(prefix).calibration))
+    if calibration is not None:
+        return f"the venv's calibration record is unreadable: {calibration}"
     return None
 
 

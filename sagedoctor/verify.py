@@ -269,6 +269,22 @@ def calibration(report: dict[str, Any], when: str = "") -> Calibration:
     return out
 
 
+def _clear_unreadable(path: Path) -> None:
+    """What is at the record's path and is no record (a folder, a FIFO, a symlink loop, a
+    huge file: what the hook refuses) goes, so that the new one can take its place; the
+    name is sagedoctor's, in sagedoctor's folder of the venv."""
+    import shutil
+
+    from .runtime.records import record_problem
+
+    if record_problem(str(path)) is None:
+        return
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def write_calibration(prefix: Path, data: Calibration) -> Path:
     """Merged into what is there: a quick run never replaces a full one's shapes, and a run
     of another build replaces everything. A full run replaces the earlier sweep of each key it
@@ -277,6 +293,7 @@ def write_calibration(prefix: Path, data: Calibration) -> Path:
     from .state import VenvFiles
 
     path = VenvFiles(prefix).calibration
+    _clear_unreadable(path)
     existing = load_calibration(str(path))
     for gpu, entry in data.gpus.items():
         keys = {(parsed[0], parsed[1]) for key, decision in entry.decisions.items()

@@ -341,3 +341,74 @@ def test_a_wrong_build_put_in_by_hand_is_found_and_replaced_by_the_pinned_source
     assert "repaired and verified" in out
     armed, lines = run_app(app)
     assert armed and lines == []
+
+
+def _put_unreadable_calibration(path: Path, kind: str) -> None:
+    """Something at calibration.json that is no record: what the hook refuses to read."""
+    path.unlink(missing_ok=True)
+    if kind == "folder":
+        path.mkdir()
+        (path / "inside.txt").write_text("x", encoding="utf-8")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        import socket
+
+        here = Path.cwd()
+        os.chdir(path.parent)  # a relative name: the full path is over AF_UNIX's 108 bytes
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(path.name)
+        finally:
+            os.chdir(here)
+    elif kind == "device":
+        path.symlink_to("/dev/null")  # os.stat follows it: a character device
+    elif kind == "loop":
+        path.symlink_to(path.name)
+    elif kind == "huge":
+        with path.open("wb") as handle:
+            handle.truncate(9 * 1024 * 1024)
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "socket", "device", "loop", "huge"])
+def test_an_unreadable_calibration_record_is_reported_and_repaired(app: App, kind: str) -> None:
+    """D4 (issue 34): a calibration.json that is no file kept the hook off ("run
+    post-update") while post-update said "nothing to do" and check "No problems found"; verify
+    with a folder there ended in an internal error and left a .tmp per run."""
+    verify_and_enable(app)
+    records = app.root / ".venv" / "sagedoctor"
+    calibration = records / "calibration.json"
+    assert calibration.is_file()
+    _put_unreadable_calibration(calibration, kind)
+    armed, lines = run_app(app)
+    assert not armed and len(lines) == 1 and "post-update" in lines[0], lines
+
+    found = _check_codes(app)
+    assert "SD168" in found, found
+    assert "calibration" in found["SD168"]["detail"] and found["SD168"]["severity"] == "error"
+    done = run_cli(["enable", "--venv", str(app.root / ".venv")], app.env)
+    assert done.returncode == 1 and "SD930" in done.stderr and "calibration" in done.stderr
+
+    done = run_cli(["post-update", "--venv", str(app.root / ".venv"), "--yes", "--quick"],
+                   app.env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing to do" not in done.stdout and "stays on" in done.stdout, done.stdout
+    assert calibration.is_file() and not calibration.is_symlink()
+    assert json.loads(calibration.read_text(encoding="utf-8"))["gpus"]
+    assert not [p.name for p in records.iterdir() if p.name.endswith(".tmp")]
+    armed, lines = run_app(app)
+    assert armed and lines == []
+    assert "SD168" not in _check_codes(app)
+
+
+def test_verify_replaces_a_folder_at_the_calibration_record(app: App) -> None:
+    """D4: verify with a folder at calibration.json was an internal error and left
+    calibration.json.<pid>.tmp behind on every run."""
+    verify_and_enable(app)
+    records = app.root / ".venv" / "sagedoctor"
+    _put_unreadable_calibration(records / "calibration.json", "folder")
+    for _ in range(2):
+        done = run_cli(["verify", "--python", str(app.python), "--quick"], app.env, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (records / "calibration.json").is_file()
+        assert not [p.name for p in records.iterdir() if p.name.endswith(".tmp")]

@@ -237,10 +237,17 @@ def save_calibration(path: str, calibration: Calibration) -> None:
     if folder:
         os.makedirs(folder, exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(calibration.to_json(), handle, indent=1)
-        handle.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(calibration.to_json(), handle, indent=1)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:  # a folder at `path`, a full disk: no .tmp left per run
+        try:  # noqa: SIM105 (the router loads this module; contextlib is not needed)
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def merge_into_file(path: str, update: Calibration) -> Calibration:

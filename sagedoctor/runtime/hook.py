@@ -180,22 +180,14 @@ def calibration_readable(prefix: "str | None" = None) -> bool:
     """The router reads calibration.json at the first attention call: something there that
     is no file, or is too big to be one, keeps the hook off (one line) rather than stall or
     slow the app then. No file is fine: the router measures the shapes itself."""
-    import stat
-
-    from .records import MAX_RECORD_BYTES, read_record_bytes
+    from .records import record_problem
 
     # the router's calibration_path(), without importing the router
     path = os.environ.get("SAGEDOCTOR_CALIBRATION") or record_file(prefix or sys.prefix,
                                                                    CALIBRATION)
-    try:
-        found = os.stat(path)  # a stat, unlike an open, never waits on a FIFO
-        if stat.S_ISREG(found.st_mode) and found.st_size <= MAX_RECORD_BYTES:
-            return True
-        read_record_bytes(path)  # raises, saying what is there, without blocking
-    except FileNotFoundError:
-        return True
-    except OSError as exc:  # RecordUnreadable too
-        _warn(f"{exc}; SageAttention stays off (run `{post_update_hint(prefix)}`)")
+    problem = record_problem(path)
+    if problem is not None:
+        _warn(f"{problem}; SageAttention stays off (run `{post_update_hint(prefix)}`)")
         return False
     return True
 
