@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, NoReturn
 
 from . import __version__, exit_codes
 from .areas import AREAS
-from .errors import OutOfSpace, SagedoctorError, TargetError, disk_full
+from .errors import (
+    NotWritable,
+    OutOfSpace,
+    SagedoctorError,
+    TargetError,
+    disk_full,
+    not_writable,
+)
 
 if TYPE_CHECKING:
     from .commands.plan import PlanOptions
@@ -428,6 +435,13 @@ def _main(argv: Sequence[str]) -> int:
                 traceback.print_exc()
             where = getattr(exc, "filename", None) or "a folder sagedoctor writes to"
             return _print_error(OutOfSpace(where))
+        # a read-only mount, another user's venv or state folder
+        if isinstance(exc, OSError) and not_writable(exc):
+            if getattr(args, "verbose", False):
+                traceback.print_exc()
+            where = getattr(exc, "filename", None) or "a folder sagedoctor writes to"
+            return _print_error(NotWritable.from_error(  # a read or a write: not told here
+                where, exc, "the command stopped there", "not accessible"))
         if getattr(args, "verbose", False):
             traceback.print_exc()
         else:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import exit_codes
-from .errors import SagedoctorError
+from .errors import NotWritable, SagedoctorError, not_writable
 from .file_meta import write_atomic
 from .runtime.files import HOOK_FILE
 from .runtime.hook import FINGERPRINT_DISTS
@@ -120,7 +120,12 @@ def enable(target: TargetFacts, comfyui: ComfyUIFacts | None = None) -> HookChan
                           "proven correct and faster on what is installed now")
     path = hook_path(target)
     before = path.is_file() and path.read_bytes() == HOOK_LINE.encode()
-    write_atomic(path, HOOK_LINE.encode("utf-8"))
+    try:
+        write_atomic(path, HOOK_LINE.encode("utf-8"))
+    except OSError as exc:
+        if not_writable(exc):  # a read-only mount, another user's venv
+            raise NotWritable.from_error(path.parent, exc, "the hook stays off") from exc
+        raise
     who = "ComfyUI's Python" if comfyui is not None else "Every Python of this venv"
     return HookChange(path, True, not before,
                       f"Enabled: {path}\n{who} now routes attention through SageAttention "
@@ -133,7 +138,7 @@ def disable(target: TargetFacts) -> HookChange:
     """Remove the hook file, whatever is in it: it is ours by its name."""
     path = hook_path(target)
     if path.exists() or path.is_symlink():
-        path.unlink()
+        _unlink(path)
         return HookChange(path, False, True, f"Disabled: removed {path}")
     return HookChange(path, False, False, f"Nothing to do: {path} does not exist")
 
@@ -161,8 +166,18 @@ def remove_hook_files(paths: list[Path]) -> list[Path]:
     """Remove the hook files without reading them (binary bytes, not UTF-8, empty): the
     file is ours, and reading it is not needed to know that. Returns what it removed."""
     for path in paths:
-        path.unlink()
+        _unlink(path)
     return paths
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError as exc:
+        if not_writable(exc):  # a read-only mount, another user's venv
+            raise NotWritable.from_error(path.parent, exc,
+                                        f"the hook {path} stays on") from exc
+        raise
 
 
 # --- post-update's decisions over the same records -------------------------------------------
