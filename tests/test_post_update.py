@@ -412,3 +412,52 @@ def test_verify_replaces_a_folder_at_the_calibration_record(app: App) -> None:
         assert done.returncode == 0, done.stdout + done.stderr
         assert (records / "calibration.json").is_file()
         assert not [p.name for p in records.iterdir() if p.name.endswith(".tmp")]
+
+
+def _wait_for_repair(marker: Path, log: Path, after: int) -> str:
+    """The auto-repair's log from byte `after` on, once its marker is gone (or 90 s)."""
+    deadline = time.monotonic() + 90
+    while marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    text = log.read_bytes()[after:].decode("utf-8", "replace") if log.exists() else "no log"
+    assert not marker.exists(), text
+    return text
+
+
+def test_auto_repair_starts_from_any_folder_and_a_failed_start_may_retry(
+        app: App, tmp_path: Path) -> None:
+    """D6 (issue 34): the app started from a folder holding a `sagedoctor/` folder made the
+    detached `python -m sagedoctor` import that folder and die (ImportError in
+    auto-repair.log), and its marker stayed, so the repair never ran again."""
+    verify_and_enable(app)
+    records = app.root / ".venv" / "sagedoctor"
+    marker, log = records / "auto-repair.started", records / "auto-repair.log"
+    record = next(app.site.glob("sageattention-*.dist-info")) / "RECORD"
+    record.write_text(record.read_text(encoding="utf-8") + "\n", encoding="utf-8")  # reinstalled
+
+    # The app's own folder holds a `sagedoctor/` folder (a custom node, a checkout).
+    app_dir = tmp_path / "app folder"
+    (app_dir / "sagedoctor").mkdir(parents=True)
+    (app_dir / "sagedoctor" / "__init__.py").write_text("", encoding="utf-8")
+    done = subprocess.run([str(app.python), "-c", APP], capture_output=True, text=True,
+                          env={**app.env, "SAGEDOCTOR_AUTO_REPAIR": "1"}, cwd=app_dir,
+                          timeout=120)
+    assert done.returncode == 0 and not json.loads(done.stdout)["armed"], done.stderr
+    text = _wait_for_repair(marker, log, 0)
+    assert "verified again; SageAttention stays on" in text, text
+    armed, lines = run_app(app)
+    assert armed and lines == []
+
+    # Changed again; a start whose repair cannot import sagedoctor at all: the marker goes
+    # (the next start may try again), the log says why.
+    record.write_text(record.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    size = log.stat().st_size
+    broken = tmp_path / "broken path"
+    (broken / "sagedoctor").mkdir(parents=True)
+    (broken / "sagedoctor" / "__init__.py").write_text(
+        "raise ImportError('a sagedoctor that is not this one')\n", encoding="utf-8")
+    armed, lines = run_app(app, SAGEDOCTOR_AUTO_REPAIR="1", PYTHONPATH=str(broken))
+    assert not armed and len(lines) == 1
+    text = _wait_for_repair(marker, log, size)
+    assert "not this one" in text, text
+

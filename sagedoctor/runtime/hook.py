@@ -12,7 +12,14 @@ __future__ is 0.1 ms of every start): annotations that name typing-only types ar
 import os
 import sys
 
-from .files import AUTO_REPAIR_LOG, AUTO_REPAIR_MARKER, CALIBRATION, VERIFIED, record_file
+from .files import (
+    AUTO_REPAIR_LOG,
+    AUTO_REPAIR_MARKER,
+    CALIBRATION,
+    VERIFIED,
+    record_file,
+    records_dir,
+)
 
 # What interpreter start runs lives in .start; its names stay importable from here (a .pth
 # line written by an older `enable` calls hook.install()).
@@ -192,6 +199,17 @@ def calibration_readable(prefix: "str | None" = None) -> bool:
     return True
 
 
+# Runs the repair (argv[2:]), then removes the marker (argv[1]).
+_REPAIR_PARENT = ("import os, subprocess, sys\n"
+                  "try:\n"
+                  "    subprocess.call(sys.argv[2:])\n"
+                  "finally:\n"
+                  "    try:\n"
+                  "        os.unlink(sys.argv[1])\n"
+                  "    except OSError:\n"
+                  "        pass\n")
+
+
 def maybe_auto_repair(saved: "Mapping[str, Any]", prefix: "str | None" = None) -> None:
     """SAGEDOCTOR_AUTO_REPAIR=1: start the recorded post-update command once, detached.
     A marker created with O_EXCL makes later interpreter starts leave it alone; post-update
@@ -213,9 +231,16 @@ def maybe_auto_repair(saved: "Mapping[str, Any]", prefix: "str | None" = None) -
     flags: dict[str, Any] = {"start_new_session": True} if os.name != "nt" else {
         "creationflags": 0x00000008 | 0x00000200}  # DETACHED_PROCESS | NEW_PROCESS_GROUP
     try:
+        # From the records folder, not the app's: `python -m sagedoctor` imports from the
+        # current folder first, and an app folder holding a `sagedoctor/` folder (a custom
+        # node, a checkout) was imported instead. The small parent (-I: no such folder, no
+        # PYTHON* variables) removes the marker when the repair ends, however it ends: one
+        # that died before post-update ran (an ImportError) is tried again at a later start.
         with open(record_file(prefix or sys.prefix, AUTO_REPAIR_LOG), "ab") as log:
-            subprocess.Popen([*argv, "--yes"], stdin=subprocess.DEVNULL, stdout=log,
-                             stderr=subprocess.STDOUT, **flags)
+            subprocess.Popen([sys.executable, "-I", "-c", _REPAIR_PARENT, marker, *argv,
+                              "--yes"], stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=subprocess.STDOUT, cwd=records_dir(prefix or sys.prefix),
+                             **flags)
     except OSError:
         try:  # noqa: SIM105 (no contextlib: the hook loads as little as it can)
             os.unlink(marker)  # not started: a later start may try again
