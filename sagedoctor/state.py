@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
@@ -39,7 +40,8 @@ def state_dir() -> Path:
 def venv_key(prefix: Path | str) -> str:
     """The venv's name in the state folder: its resolved prefix, hashed (one venv reached by
     two spellings, a link or a relative path, is one venv)."""
-    return hashlib.sha256(str(Path(prefix).resolve()).encode("utf-8")).hexdigest()[:16]
+    # os.fsencode: a path that is not UTF-8 (its bytes kept as surrogates) has a key too
+    return hashlib.sha256(os.fsencode(Path(prefix).resolve())).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -144,11 +146,20 @@ def load_record(prefix: Path) -> VerifyRecord | None:
     return load_status(prefix)[1]
 
 
+def _json_bytes(data: dict[str, Any]) -> bytes:
+    """UTF-8 JSON; where a path is not UTF-8 (its bytes kept as surrogates), escaped ASCII,
+    which reads back as the same path."""
+    try:
+        return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(data, indent=2) + "\n").encode("ascii")
+
+
 def write_record(path: Path, data: dict[str, Any], what: str) -> None:
     """A record whole or not at all (file_meta.write_atomic): on a full disk the old one
     stays and no partial temporary file is left behind (SD922 names the folder)."""
     try:
-        write_atomic(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
+        write_atomic(path, _json_bytes(data))
     except OSError as exc:
         if disk_full(exc):
             raise OutOfSpace(path.parent, f"{what}; the previous one is kept") from exc

@@ -86,3 +86,55 @@ def test_a_corrupt_refreshed_index_is_moved_aside_by_refresh(tmp_path: Path) -> 
     assert "moved to" in result.stderr
     assert user.with_name("wheels_index.toml.corrupt").read_bytes() == b"\x00 not toml [[["
     assert user.is_file()
+
+
+def non_utf8_venv(tmp_path: Path) -> Path:
+    """A real venv at a path whose bytes are not UTF-8 (made elsewhere and moved: `venv`
+    itself cannot write one there), with torch, SageAttention and the runtime."""
+    from tests.standins import add_dist, add_sageattention, add_torch, make_venv
+
+    made = tmp_path / "venv"
+    site = make_venv(made)
+    add_torch(site, "__version__ = '2.11.0+cu130'\ncuda = '13.0'\nhip = None\n", "2.11.0")
+    add_sageattention(site, "2.2.0", ("_fused",))
+    add_dist(site, "sagedoctor-runtime", "0.1.0")
+    prefix = Path(os.fsdecode(os.fsencode(tmp_path) + b"/venv \xff latin-1"))
+    try:
+        os.rename(made, prefix)
+    except (OSError, UnicodeError):
+        pytest.skip("this file system refuses a name that is not UTF-8")
+    return prefix
+
+
+@pytest.mark.parametrize("args", [
+    ["check"], ["plan"], ["install", "--dry-run"], ["enable"], ["disable"],
+    ["uninstall", "--dry-run"], ["post-update"], ["verify"]])
+def test_a_venv_at_a_path_that_is_not_utf8_is_no_internal_error(
+        tmp_path: Path, args: list[str]) -> None:
+    """D8 (issue 34): the venv's key in the state folder encoded its path as UTF-8."""
+    import subprocess
+    import sys
+
+    prefix = non_utf8_venv(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "sagedoctor", *args, "--venv",
+                           os.fsencode(prefix)], env=clean_env(tmp_path), capture_output=True,
+                          timeout=120, check=False)
+    stderr = done.stderr.decode("utf-8", "replace")
+    assert "internal error" not in stderr and "Traceback" not in stderr, stderr
+    assert done.returncode in (0, 1, 2), stderr
+
+
+def test_records_of_a_venv_at_a_path_that_is_not_utf8_read_back(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """D8: what verify writes for such a venv (its path inside) is read back as written."""
+    from sagedoctor.runtime.hook import dist_stats
+    from sagedoctor.state import record_verification, still_as_verified, venv_site_dirs
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    prefix = non_utf8_venv(tmp_path)
+    sites = venv_site_dirs(prefix)
+    record_verification(prefix, prefix / "bin" / "python", "routing",
+                        {"python": None, "stat": dist_stats(sites), "sites": sites}, {},
+                        "2026-12-01T00:00:00+00:00")
+    assert still_as_verified(prefix) == (True, ())
