@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.standins import clean_env, run_cli
+from tests.standins import clean_env, make_venv, run_cli
 
 
 def test_a_usage_error_exits_64_not_2(tmp_path: Path) -> None:
@@ -138,3 +138,53 @@ def test_records_of_a_venv_at_a_path_that_is_not_utf8_read_back(tmp_path: Path,
                         {"python": None, "stat": dist_stats(sites), "sites": sites}, {},
                         "2026-12-01T00:00:00+00:00")
     assert still_as_verified(prefix) == (True, ())
+
+
+HUGE = "1" * 5000  # over int()'s 4300 digits: packaging's Version raised ValueError
+
+
+def _hugely_versioned(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A venv whose sageattention and triton METADATA say a 5000-digit version, and an
+    nvidia-smi whose driver version is one."""
+    from tests.standins import H200, add_dist, add_sageattention, add_torch, fake_nvidia_smi
+
+    prefix = tmp_path / "venv"
+    site = make_venv(prefix)
+    add_torch(site, "__version__ = '2.11.0+cu130'\ncuda = '13.0'\nhip = None\n", "2.11.0")
+    add_sageattention(site, "2.2.0", ("_fused",))
+    add_dist(site, "triton", "3.6.0")
+    for name, version in (("sageattention", "2.2.0"), ("triton", "3.6.0")):
+        metadata = site / f"{name}-{version}.dist-info" / "METADATA"
+        metadata.write_text(metadata.read_text(encoding="utf-8").replace(version, HUGE),
+                            encoding="utf-8")
+    csv = (H200 / "nvidia-smi-query.csv").read_text(encoding="utf-8")
+    assert "580." in csv
+    tools = tmp_path / "tools"
+    fake_nvidia_smi(tools, "replay", csv.replace("580.", HUGE + ".", 1))
+    return prefix, clean_env(tmp_path, tools)
+
+
+def test_a_5000_digit_version_is_no_internal_error(tmp_path: Path) -> None:
+    """D9 (issue 34): in METADATA, nvidia-smi's driver or a --facts file."""
+    prefix, env = _hugely_versioned(tmp_path)
+    for command in ("check", "plan"):
+        done = run_cli([command, "--venv", str(prefix)], env)
+        assert done.returncode in (1, 2), done.stdout + done.stderr
+        assert "internal error" not in done.stderr, done.stderr
+    done = run_cli(["check", "--json", "--venv", str(prefix)], env)
+    assert "internal error" not in done.stderr and done.returncode in (1, 2), done.stderr
+    report = json.loads(done.stdout)
+
+    def huge(node: object) -> object:  # every version in the report: 5000 digits
+        if isinstance(node, dict):
+            return {k: HUGE if isinstance(v, str) and k.endswith("version")
+                    and "schema" not in k and k != "sagedoctor_version" else huge(v)
+                    for k, v in node.items()}
+        return [huge(v) for v in node] if isinstance(node, list) else node
+
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps(huge(report)), encoding="utf-8")
+    for command in ("check", "plan"):
+        done = run_cli([command, "--facts", str(facts)], env)
+        assert "internal error" not in done.stderr, done.stderr
+        assert done.returncode in (1, 2), done.stdout + done.stderr
