@@ -20,6 +20,9 @@ def test_a_usage_error_exits_64_not_2(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("variable", "value"), [
     ("SAGEDOCTOR_TIMEOUT", "five"), ("SAGEDOCTOR_TARGET_TIMEOUT", "-1"),
     ("SAGEDOCTOR_MIN_COSINE", "2"), ("SAGEDOCTOR_RUNTIME", "maybe"),
+    # D24 (issue 34): these were accepted silently
+    ("SAGEDOCTOR_ROUTE_MARGIN", "abc"), ("SAGEDOCTOR_ROUTE_MARGIN", "-5"),
+    ("SAGEDOCTOR_ROUTE_MARGIN", "nan"), ("SAGEDOCTOR_SPEED_CHECK", "banana"),
 ])
 def test_a_bad_setting_names_the_variable(tmp_path: Path, variable: str, value: str) -> None:
     env = clean_env(tmp_path)
