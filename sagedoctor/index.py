@@ -6,6 +6,7 @@ that disagree with their own fields are errors that name the file and the entry.
 
 from __future__ import annotations
 
+import math
 import re
 import stat
 import sys
@@ -189,9 +190,13 @@ class TomlTable:
 
     def number(self, key: str) -> float:
         try:
-            return float(self._get(key, (int, float), True))
+            value = float(self._get(key, (int, float), True))
         except OverflowError:  # an integer of 400 digits
             raise self.fail(f"{key!r} is out of range") from None
+        if not math.isfinite(value):  # nan passes every `> 0` check: each compare is false
+            raise self.fail(f"{key!r} must be a finite number, got {value}")
+        return value
+
 
     def texts(self, key: str, required: bool = True) -> tuple[str, ...]:
         value = self._get(key, list, required)
