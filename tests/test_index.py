@@ -119,6 +119,19 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
      "'gib_per_nvcc_thread' must be a finite number"),
     ("inf reserve", lambda d: d["source"].update(reserve_gib=float("inf")),
      "'reserve_gib' must be a finite number"),
+    # D17: userinfo made another host read as github.com; the GitHub keys name github.com
+    ("userinfo in release base", lambda d: d["windows"].update(
+        release_base="https://github.com@evil.example.com/x/releases/download/"),
+     "user name or password"),
+    ("userinfo in archive", lambda d: d["source"].update(
+        archive="https://user:pw@github.com/x/y/archive/abc.tar.gz"), "user name or password"),
+    ("release base elsewhere", lambda d: d["windows"].update(
+        release_base="https://evil.example.com/x/releases/download/"),
+     "'release_base' must be on github.com"),
+    ("builder elsewhere", lambda d: d["linux_indexes"][0].update(
+        builder="https://evil.example.com/x"), "'builder' must be on github.com"),
+    ("index url with userinfo", lambda d: d["linux_indexes"][0].update(
+        url="https://wheels.astral.sh@evil.example.com/simple/"), "user name or password"),
     ("wheel name with a path", lambda d: d["windows"]["wheels"][0].update(
         file="../sageattention-2.2.0+cu124torch2.5.1.post3-cp39-abi3-win_amd64.whl"),
      "path separators"),
