@@ -55,6 +55,25 @@ def test_venv_that_is_a_file_or_a_dangling_link_says_so(tmp_path: Path) -> None:
         assert said in detail, detail
 
 
+def test_a_symlink_loop_is_said_as_one(tmp_path: Path) -> None:
+    """D25 (issue 34): a loop at bin/python was "a link to python3, which does not exist"."""
+    venv = tmp_path / "venv"
+    make_venv(venv)
+    for name in ("python", "python3"):
+        (venv / "bin" / name).unlink(missing_ok=True)
+    (venv / "bin" / "python").symlink_to("python3")
+    (venv / "bin" / "python3").symlink_to("python")
+    looped = tmp_path / "looped venv"
+    looped.symlink_to(looped.name)
+    for where, said in ((venv, f"the interpreter {venv / 'bin' / 'python'} is a symlink loop"),
+                        (looped, f"--venv {looped} is a symlink loop")):
+        result = run_cli(["check", "python", "--json", "--venv", str(where)],
+                         clean_env(tmp_path))
+        report = json.loads(result.stdout)
+        detail = next(f["detail"] for f in report["findings"] if f["code"] == "SD190")
+        assert said in detail and "does not exist" not in detail, detail
+
+
 @pytest.mark.parametrize("kind", ["binary", "folder", "fifo", "deep"])
 def test_a_facts_file_that_is_not_a_report_is_sd901(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "facts.json"
