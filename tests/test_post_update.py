@@ -461,3 +461,19 @@ def test_auto_repair_starts_from_any_folder_and_a_failed_start_may_retry(
     text = _wait_for_repair(marker, log, size)
     assert "not this one" in text, text
 
+
+
+def test_verify_reads_its_report_past_what_the_venv_prints_at_exit(app: App) -> None:
+    """Issue 34 ("Also"): an atexit print in the target's sitecustomize made verify fail with
+    SD920 "printed no JSON report": the report is framed, as check's probe answer is."""
+    (app.site / "sitecustomize.py").write_text(
+        "import atexit, sys\n"
+        "print('banner from sitecustomize')\n"
+        "atexit.register(lambda: print('goodbye from an atexit hook'))\n", encoding="utf-8")
+    done = run_cli(["verify", "--python", str(app.python), "--quick"], app.env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SD920" not in done.stderr and "sageattn_cpu" in done.stdout
+    done = run_cli(["verify", "--python", str(app.python), "--quick", "--json"], app.env,
+                   timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["verdict"] == "routing"
