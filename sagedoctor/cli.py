@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, NoReturn
 
 from . import __version__, exit_codes
 from .decide.findings import AREAS
-from .errors import OutOfSpace, SagedoctorError, TargetError, disk_full
+from .errors import (
+    NotWritable,
+    OutOfSpace,
+    SagedoctorError,
+    TargetError,
+    disk_full,
+    not_writable,
+)
 
 if TYPE_CHECKING:
     from .commands.plan import PlanOptions
@@ -312,6 +319,16 @@ def _inspect(args: argparse.Namespace, areas: tuple[str, ...]) -> Facts:
     return facts
 
 
+def _clear_non_file_hooks(args: argparse.Namespace) -> None:
+    """A FIFO at the hook's path hangs every start of the venv's Python, the probe's too;
+    a folder there cannot be replaced: enable and disable remove such a thing first."""
+    from .hook import clear_non_files, hook_files_on_disk
+
+    for path, kind in clear_non_files(hook_files_on_disk(
+            args.venv, args.python, getattr(args, "comfyui", None))):
+        print(f"sagedoctor: removed {path}: {kind} at the start-up hook's path, not a file")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _safe_streams()
     args = list(sys.argv[1:] if argv is None else argv)
@@ -399,6 +416,8 @@ def _main(argv: Sequence[str]) -> int:
             assert facts.target is not None
             return run_uninstall(facts.target, yes=args.yes, dry_run=args.dry_run,
                                  everything=args.all, invokeai=facts.invokeai)
+        if args.command in ("enable", "disable"):
+            _clear_non_file_hooks(args)  # before the venv's Python is started
         if args.command == "enable":
             from .commands.enable import run_enable
 
@@ -437,6 +456,13 @@ def _main(argv: Sequence[str]) -> int:
                 traceback.print_exc()
             where = getattr(exc, "filename", None) or "a folder sagedoctor writes to"
             return _print_error(OutOfSpace(where))
+        # a read-only mount, another user's venv or state folder
+        if isinstance(exc, OSError) and not_writable(exc):
+            if getattr(args, "verbose", False):
+                traceback.print_exc()
+            where = getattr(exc, "filename", None) or "a folder sagedoctor writes to"
+            return _print_error(NotWritable.from_error(  # a read or a write: not told here
+                where, exc, "the command stopped there", "not accessible"))
         if getattr(args, "verbose", False):
             traceback.print_exc()
         else:

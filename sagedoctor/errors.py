@@ -60,6 +60,36 @@ def disk_full(exc: BaseException) -> bool:
                                                       getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
+def not_writable(exc: BaseException) -> bool:
+    """Permission denied, or a read-only file system (EROFS): this user cannot write there."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+class NotWritable(SagedoctorError):
+    """A file sagedoctor must change is not this user's to write: another user's venv, a
+    read-only mount. SD132 as an error of the command that met it."""
+
+    code = "SD932"
+    exit_status = exit_codes.FIXABLE
+
+    def __init__(self, path: object, read_only: bool = False,
+                 done: str = "nothing was changed", state: str = "not writable") -> None:
+        why = "a read-only file system" if read_only else "permission denied"
+        super().__init__(
+            f"{path} is {state} by this user ({why}); {done}",
+            "run as the user who owns the venv, or fix its permissions (a read-only mount: "
+            "remount it read-write)")
+
+    @classmethod
+    def from_error(cls, path: object, exc: OSError, done: str,
+                   state: str = "not writable") -> NotWritable:
+        import errno
+
+        return cls(path, exc.errno == errno.EROFS, done, state)
+
+
 class OutOfSpace(SagedoctorError):
     """A disk sagedoctor writes to (its state, logs, backups or cache) is full."""
 

@@ -5,12 +5,15 @@ uninstall and post-update call these; what runs inside the venv is runtime/start
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import exit_codes
-from .errors import SagedoctorError
+from .errors import NotWritable, SagedoctorError, not_writable
 from .file_meta import write_atomic
 from .runtime.files import HOOK_FILE
 from .runtime.hook import FINGERPRINT_DISTS
@@ -112,7 +115,14 @@ def enable(target: TargetFacts, comfyui: ComfyUIFacts | None = None) -> HookChan
                           "proven correct and faster on what is installed now")
     path = hook_path(target)
     before = path.is_file() and path.read_bytes() == HOOK_LINE.encode()
-    write_atomic(path, HOOK_LINE.encode("utf-8"))
+    if path.is_dir() and not path.is_symlink():  # ours by its name; a rename cannot replace it
+        _remove(path)
+    try:
+        write_atomic(path, HOOK_LINE.encode("utf-8"))
+    except OSError as exc:
+        if not_writable(exc):  # a read-only mount, another user's venv
+            raise NotWritable.from_error(path.parent, exc, "the hook stays off") from exc
+        raise
     who = "ComfyUI's Python" if comfyui is not None else "Every Python of this venv"
     return HookChange(path, True, not before,
                       f"Enabled: {path}\n{who} now routes attention through SageAttention "
@@ -124,8 +134,8 @@ def enable(target: TargetFacts, comfyui: ComfyUIFacts | None = None) -> HookChan
 def disable(target: TargetFacts) -> HookChange:
     """Remove the hook file, whatever is in it: it is ours by its name."""
     path = hook_path(target)
-    if path.exists() or path.is_symlink():
-        path.unlink()
+    if os.path.lexists(path):
+        _remove(path)
         return HookChange(path, False, True, f"Disabled: removed {path}")
     return HookChange(path, False, False, f"Nothing to do: {path} does not exist")
 
@@ -144,7 +154,7 @@ def hook_files_on_disk(venv: Path | None, python: Path | None,
     for prefix in prefixes:
         for site in venv_site_dirs(prefix):
             path = Path(site) / HOOK_FILE
-            if (path.is_file() or path.is_symlink()) and path not in found:
+            if os.path.lexists(path) and path not in found:  # whatever it is: ours by name
                 found.append(path)
     return found
 
@@ -153,8 +163,41 @@ def remove_hook_files(paths: list[Path]) -> list[Path]:
     """Remove the hook files without reading them (binary bytes, not UTF-8, empty): the
     file is ours, and reading it is not needed to know that. Returns what it removed."""
     for path in paths:
-        path.unlink()
+        _remove(path)
     return paths
+
+
+def clear_non_files(paths: list[Path]) -> list[tuple[Path, str]]:
+    """Remove what is at a hook's path and is no file (a FIFO hangs every start of the
+    venv's Python at `import site`, the probe's too; a folder cannot be replaced by enable's
+    rename): before the venv's Python is started. Returns each with what it was."""
+    removed = []
+    for path in paths:
+        try:
+            mode = path.lstat().st_mode
+        except OSError:
+            continue
+        if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+            continue
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "a device")
+        _remove(path)
+        removed.append((path, kind))
+    return removed
+
+
+def _remove(path: Path) -> None:
+    """The hook file, or a folder in its place (ours by its name)."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except OSError as exc:
+        if not_writable(exc):  # a read-only mount, another user's venv
+            raise NotWritable.from_error(path.parent, exc,
+                                        f"the hook {path} stays on") from exc
+        raise
 
 
 # --- post-update's decisions over the same records -------------------------------------------

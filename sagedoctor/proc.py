@@ -55,6 +55,7 @@ def run_tool(
     env: Mapping[str, str] | None = None,
     input_text: str | None = None,
     max_output_bytes: int | None = None,
+    answer_frame: bytes | None = None,
 ) -> ToolResult:
     """Run ``argv`` and capture its output as text.
 
@@ -62,6 +63,9 @@ def run_tool(
     child cannot keep our pipes open (plain ``subprocess.run`` would then wait forever).
     With ``max_output_bytes``, a tool that prints more (on stdout or stderr) is killed the same
     way and ToolOutputTooLarge raised: its output is never held in memory beyond the cap.
+    With ``answer_frame`` (target_answer's token), reading stops once stdout holds two copies
+    of it and the tool itself has exited: a child its start-up left holding stdout (a daemon
+    started by a .pth line) would otherwise keep the pipe open until the timeout.
     """
     limit = probe_timeout() if timeout is None else timeout
     kwargs: dict[str, object] = {}
@@ -86,8 +90,9 @@ def run_tool(
         raise ToolMissing(f"{argv[0]} (not executable)") from exc
     data = input_text.encode() if input_text else None
     try:
-        if max_output_bytes is not None:
-            out, err = _communicate_capped(proc, argv, data, limit, max_output_bytes)
+        if max_output_bytes is not None or answer_frame is not None:
+            out, err = _communicate_capped(proc, argv, data, limit, max_output_bytes,
+                                           answer_frame)
         else:
             try:
                 out, err = proc.communicate(input=data, timeout=limit)
@@ -117,29 +122,42 @@ def run_tool(
 
 
 def _communicate_capped(proc: subprocess.Popen[bytes], argv: Sequence[str], data: bytes | None,
-                        limit: float, max_bytes: int) -> tuple[bytes, bytes]:
-    """communicate() that stops reading (and kills the tree) once a pipe passes ``max_bytes``."""
+                        limit: float, max_bytes: int | None,
+                        frame: bytes | None = None) -> tuple[bytes, bytes]:
+    """communicate() that stops reading (and kills the tree) once a pipe passes ``max_bytes``,
+    and stops reading (and leaves the rest be) once stdout holds a whole ``frame`` and the tool
+    has exited."""
     chunks: dict[int, list[bytes]] = {1: [], 2: []}
     over = threading.Event()
+    framed = threading.Event()
     finished = threading.Condition()
     done: list[int] = []
 
-    def pump(stream: object, key: int) -> None:
-        fd = stream.fileno()  # type: ignore[attr-defined]
+    def pump(fd: int, key: int) -> None:
         total = 0
+        seen, tail = 0, b""  # copies of the frame's token so far; the bytes that may start one
         try:
             while not over.is_set():
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     break
                 total += len(chunk)
-                if total > max_bytes:
+                if max_bytes is not None and total > max_bytes:
                     over.set()
                     break
                 chunks[key].append(chunk)
+                if key == 1 and frame and seen < 2:
+                    window = tail + chunk  # tail is shorter than the token: no double count
+                    seen += window.count(frame)
+                    tail = window[-(len(frame) - 1):] if len(frame) > 1 else b""
+                    if seen >= 2:
+                        with finished:
+                            framed.set()
+                            finished.notify_all()
         except OSError:
             pass
         finally:
+            os.close(fd)
             with finished:
                 done.append(key)
                 finished.notify_all()
@@ -150,20 +168,35 @@ def _communicate_capped(proc: subprocess.Popen[bytes], argv: Sequence[str], data
                 proc.stdin.write(data)  # type: ignore[union-attr]
             proc.stdin.close()  # type: ignore[union-attr]
 
-    readers = [threading.Thread(target=pump, args=(proc.stdout, 1), daemon=True),
-               threading.Thread(target=pump, args=(proc.stderr, 2), daemon=True)]
+    # Each reader its own copy of the descriptor: one left blocked on a pipe that something
+    # the tool left behind still holds (see below) never reads a number reused meanwhile.
+    readers = [threading.Thread(target=pump, args=(os.dup(stream.fileno()), key), daemon=True)
+               for stream, key in ((proc.stdout, 1), (proc.stderr, 2)) if stream is not None]
     if proc.stdin is not None:
         threading.Thread(target=feed, daemon=True).start()
     for thread in readers:
         thread.start()
     deadline = time.monotonic() + limit
+
+    def answered() -> bool:  # the whole answer is in, and the tool is gone
+        return framed.is_set() and proc.poll() is not None
+
     with finished:
-        finished.wait_for(lambda: len(done) == len(readers) or over.is_set(), timeout=limit)
+        while not (len(done) == len(readers) or over.is_set() or answered()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            # with the frame whole, the tool's own exit is polled for (it notifies nothing)
+            finished.wait(timeout=min(left, 0.05) if framed.is_set() else left)
+    if answered() and len(done) < len(readers) and not over.is_set():
+        # Something the tool left behind still holds a pipe: the answer is all that matters.
+        # Its readers stay blocked until it closes them; the pipes go with it.
+        return b"".join(list(chunks[1])), b"".join(list(chunks[2]))
     if over.is_set() or len(done) < len(readers):
         _kill_tree(proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
-        if over.is_set():
+        if over.is_set() and max_bytes is not None:
             raise ToolOutputTooLarge(argv, max_bytes)
         raise ToolTimeout(argv, limit)
     try:

@@ -27,7 +27,7 @@ from .facts import InterruptedInstall
 from .file_meta import write_atomic
 from .proc import pid_alive
 from .runtime import files as names
-from .runtime.records import RecordUnreadable, read_record_bytes
+from .runtime.records import RecordUnreadable, read_record_bytes, record_problem
 
 SCHEMA_VERSION = 1
 VERDICTS = ("routing", "sdpa-only", "broken")
@@ -69,7 +69,8 @@ def _refuse_unusable_state_root(root: Path) -> None:
 def venv_key(prefix: Path | str) -> str:
     """The venv's name in the state folder: its resolved prefix, hashed (one venv reached by
     two spellings, a link or a relative path, is one venv)."""
-    return hashlib.sha256(str(Path(prefix).resolve()).encode("utf-8")).hexdigest()[:16]
+    # os.fsencode: a path that is not UTF-8 (its bytes kept as surrogates) has a key too
+    return hashlib.sha256(os.fsencode(Path(prefix).resolve())).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -174,11 +175,20 @@ def load_record(prefix: Path) -> VerifyRecord | None:
     return load_status(prefix)[1]
 
 
+def _json_bytes(data: dict[str, Any]) -> bytes:
+    """UTF-8 JSON; where a path is not UTF-8 (its bytes kept as surrogates), escaped ASCII,
+    which reads back as the same path."""
+    try:
+        return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(data, indent=2) + "\n").encode("ascii")
+
+
 def write_record(path: Path, data: dict[str, Any], what: str) -> None:
     """A record whole or not at all (file_meta.write_atomic): on a full disk the old one
     stays and no partial temporary file is left behind (SD922 names the folder)."""
     try:
-        write_atomic(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
+        write_atomic(path, _json_bytes(data))
     except OSError as exc:
         if disk_full(exc):
             raise OutOfSpace(path, f"{what}; the previous one is kept") from exc
@@ -354,6 +364,11 @@ def arming_problem(prefix: Path, record: VerifyRecord) -> str | None:
             "fingerprint") != record.fingerprint:
         return (f"the venv's arming record {path} is from another verify "
                 f"({armed.get('verified_at')}, not {record.verified_at})")
+    # The hook also refuses a calibration record that is no file (a folder, a FIFO, a loop):
+    # the same answer here, so that check reports it and post-update's verify replaces it.
+    calibration = record_problem(str(VenvFiles(prefix).calibration))
+    if calibration is not None:
+        return f"the venv's calibration record is unreadable: {calibration}"
     return None
 
 

@@ -74,5 +74,5 @@ def ask_target(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | 
     child_env = dict(os.environ if env is None else env)
     child_env[TOKEN_ENV] = token
     result = run_tool(argv, timeout=timeout, env=child_env, input_text=input_text,
-                      max_output_bytes=max_output_bytes)
+                      max_output_bytes=max_output_bytes, answer_frame=token.encode("utf-8"))
     return Answer(result, framed(result.stdout, token))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -82,11 +83,15 @@ def run_selftest(python: Path, quick: bool, timeout: float = 1800, fresh: bool =
     `progress` gets one parsed progress line per measured shape (see `progress_line`)."""
     argv = [str(python), "-m", f"{PACKAGE}.selftest", "--json"] + (["--quick"] if quick else [])
     argv += ["--fresh"] if fresh else []
+    from .target_answer import TOKEN_ENV, framed, new_token
+
+    token = new_token()  # the report comes framed: the venv may print at start or exit
+    env = {**os.environ, TOKEN_ENV: token}
     try:
         if progress is None:
-            done = run_tool(argv, timeout=timeout)
+            done = run_tool(argv, timeout=timeout, env=env, answer_frame=token.encode())
         else:
-            done = _run_streaming([*argv, "--progress"], timeout, progress)
+            done = _run_streaming([*argv, "--progress"], timeout, progress, env)
     except ToolTimeout:
         raise VerifyError(f"the self-test did not finish within {timeout:.0f} s", "") from None
     except ToolMissing:
@@ -96,7 +101,10 @@ def run_selftest(python: Path, quick: bool, timeout: float = 1800, fresh: bool =
         raise VerifyTargetError(f"the self-test failed: {done.stderr.strip()[-400:]}",
                           f"run `sagedoctor install --python {python}` to bundle "
                           "the runtime")
-    return parse_report(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
+    report = framed(done.stdout, token)
+    if report is None:  # a runtime from before the frame: its report is the last line
+        report = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    return parse_report(report)
 
 
 def parse_progress(line: str) -> dict[str, Any] | None:
@@ -133,7 +141,8 @@ def progress_line(data: dict[str, Any]) -> str:
 
 
 def _run_streaming(argv: Sequence[str], timeout: float,
-                   progress: Callable[[dict[str, Any]], None]) -> ToolResult:
+                   progress: Callable[[dict[str, Any]], None],
+                   env: dict[str, str] | None = None) -> ToolResult:
     """run_tool with the self-test's stderr read line by line: progress lines go to
     `progress` as they come, the rest is kept. The tree is killed on timeout or Ctrl+C."""
     kwargs: dict[str, Any] = {}
@@ -144,7 +153,7 @@ def _run_streaming(argv: Sequence[str], timeout: float,
         kwargs["start_new_session"] = True
     try:
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, **kwargs)
+                                stderr=subprocess.PIPE, env=env, **kwargs)
     except FileNotFoundError as exc:
         raise ToolMissing(argv[0]) from exc
     except PermissionError as exc:
@@ -306,6 +315,22 @@ def calibration(report: dict[str, Any], when: str = "") -> Calibration:
     return out
 
 
+def _clear_unreadable(path: Path) -> None:
+    """What is at the record's path and is no record (a folder, a FIFO, a symlink loop, a
+    huge file: what the hook refuses) goes, so that the new one can take its place; the
+    name is sagedoctor's, in sagedoctor's folder of the venv."""
+    import shutil
+
+    from .runtime.records import record_problem
+
+    if record_problem(str(path)) is None:
+        return
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def write_calibration(prefix: Path, data: Calibration) -> Path:
     """Merged into what is there: a quick run never replaces a full one's shapes, and a run
     of another build replaces everything. A full run replaces the earlier sweep of each key it
@@ -314,6 +339,7 @@ def write_calibration(prefix: Path, data: Calibration) -> Path:
     from .state import VenvFiles
 
     path = VenvFiles(prefix).calibration
+    _clear_unreadable(path)
     existing = load_calibration(str(path))
     for gpu, entry in data.gpus.items():
         keys = {(parsed[0], parsed[1]) for key, decision in entry.decisions.items()

@@ -65,3 +65,61 @@ def test_disable_by_comfyui_removes_a_corrupt_hook_of_the_embedded_python(
     assert done.returncode == 0, done.stderr
     assert not hook.exists() and f"removed {hook}" in done.stdout
     assert starts(python, env)
+
+
+def _put_at(path: Path, kind: str) -> None:
+    """Something at the hook's path that is no file."""
+    import os
+
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+        (path / "inside.pth").write_text("import sys\n", encoding="utf-8")
+    elif kind == "socket":
+        import socket
+
+        here = Path.cwd()
+        os.chdir(path.parent)  # a relative name: the full path is over AF_UNIX's 108 bytes
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(path.name)
+        finally:
+            os.chdir(here)
+
+
+@pytest.mark.parametrize("how", ["--python", "--venv"])
+@pytest.mark.parametrize("kind", ["fifo", "folder", "socket"])
+def test_disable_removes_whatever_is_at_the_hook_path(tmp_path: Path, kind: str,
+                                                      how: str) -> None:
+    """D12 (issue 34): a FIFO at the hook's path hangs every start of the venv's Python, and
+    disable could not remove it (SD902 after 20 s); a folder there was an internal error."""
+    import time
+
+    root = tmp_path / "app venv ü"
+    site = make_venv(root)
+    python = venv_python(root)
+    env = clean_env(tmp_path)
+    hook = site / HOOK_FILE
+    _put_at(hook, kind)
+    began = time.monotonic()
+    done = run_cli(["disable", how, str(python if how == "--python" else root)], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not hook.exists() and not hook.is_symlink()
+    assert f"removed {hook}" in done.stdout, done.stdout
+    assert time.monotonic() - began < 15  # not after the probe's 20 s timeout
+    assert starts(python, env)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_enable_replaces_whatever_is_at_the_hook_path(tmp_path: Path, kind: str) -> None:
+    """D12: enable with a folder at the hook's path was an internal error; a FIFO hung it."""
+    from sagedoctor.hook import HOOK_LINE
+    from tests.test_still_as_verified import verified_venv
+
+    prefix, site, env = verified_venv(tmp_path)
+    hook = site / HOOK_FILE
+    _put_at(hook, kind)
+    done = run_cli(["enable", "--venv", str(prefix)], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert hook.is_file() and hook.read_text(encoding="utf-8") == HOOK_LINE

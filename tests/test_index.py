@@ -114,6 +114,24 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
      "built from v2.2.0, which .source. rejects"),
     ("wheel broken arch bad", lambda d: d["windows"]["wheels"][0].update(broken_archs=["x"]),
      "not a compute capability"),
+    # D16 (issue 34): nan passed `> 0` checks (every comparison with nan is false)
+    ("nan per nvcc thread", lambda d: d["source"].update(gib_per_nvcc_thread=float("nan")),
+     "'gib_per_nvcc_thread' must be a finite number"),
+    ("inf reserve", lambda d: d["source"].update(reserve_gib=float("inf")),
+     "'reserve_gib' must be a finite number"),
+    # D17: userinfo made another host read as github.com; the GitHub keys name github.com
+    ("userinfo in release base", lambda d: d["windows"].update(
+        release_base="https://github.com@evil.example.com/x/releases/download/"),
+     "user name or password"),
+    ("userinfo in archive", lambda d: d["source"].update(
+        archive="https://user:pw@github.com/x/y/archive/abc.tar.gz"), "user name or password"),
+    ("release base elsewhere", lambda d: d["windows"].update(
+        release_base="https://evil.example.com/x/releases/download/"),
+     "'release_base' must be on github.com"),
+    ("builder elsewhere", lambda d: d["linux_indexes"][0].update(
+        builder="https://evil.example.com/x"), "'builder' must be on github.com"),
+    ("index url with userinfo", lambda d: d["linux_indexes"][0].update(
+        url="https://wheels.astral.sh@evil.example.com/simple/"), "user name or password"),
     ("wheel name with a path", lambda d: d["windows"]["wheels"][0].update(
         file="../sageattention-2.2.0+cu124torch2.5.1.post3-cp39-abi3-win_amd64.whl"),
      "path separators"),
@@ -357,3 +375,17 @@ def test_the_same_index_is_still_planned_where_its_wheels_work() -> None:
     assert plan.steps[0].action == "install-from-index"
     # the current version template ("+cu.13.0.torch.2.11"), which parse_sage_local reads
     assert plan.steps[0].requirement == "sageattention==2.2.0+cu.13.0.torch.2.11"
+
+
+def test_plan_with_a_nan_in_the_index_is_sd903_not_an_internal_error(tmp_path: Path) -> None:
+    """D16 (issue 34): `gib_per_nvcc_thread = nan` passed validation; plan then crashed."""
+    from sagedoctor.index import SHIPPED_INDEX
+
+    text = SHIPPED_INDEX.read_text(encoding="utf-8")
+    assert "gib_per_nvcc_thread = 5.0" in text
+    index = tmp_path / "index.toml"
+    index.write_text(text.replace("gib_per_nvcc_thread = 5.0", "gib_per_nvcc_thread = nan"),
+                     encoding="utf-8")
+    done = run_cli(["plan", "--index", str(index)], clean_env(tmp_path))
+    assert "internal error" not in done.stderr, done.stderr
+    assert "SD903" in done.stderr and "gib_per_nvcc_thread" in done.stderr, done.stderr

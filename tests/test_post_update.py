@@ -341,3 +341,139 @@ def test_a_wrong_build_put_in_by_hand_is_found_and_replaced_by_the_pinned_source
     assert "repaired and verified" in out
     armed, lines = run_app(app)
     assert armed and lines == []
+
+
+def _put_unreadable_calibration(path: Path, kind: str) -> None:
+    """Something at calibration.json that is no record: what the hook refuses to read."""
+    path.unlink(missing_ok=True)
+    if kind == "folder":
+        path.mkdir()
+        (path / "inside.txt").write_text("x", encoding="utf-8")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        import socket
+
+        here = Path.cwd()
+        os.chdir(path.parent)  # a relative name: the full path is over AF_UNIX's 108 bytes
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(path.name)
+        finally:
+            os.chdir(here)
+    elif kind == "device":
+        path.symlink_to("/dev/null")  # os.stat follows it: a character device
+    elif kind == "loop":
+        path.symlink_to(path.name)
+    elif kind == "huge":
+        with path.open("wb") as handle:
+            handle.truncate(9 * 1024 * 1024)
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "socket", "device", "loop", "huge"])
+def test_an_unreadable_calibration_record_is_reported_and_repaired(app: App, kind: str) -> None:
+    """D4 (issue 34): a calibration.json that is no file kept the hook off ("run
+    post-update") while post-update said "nothing to do" and check "No problems found"; verify
+    with a folder there ended in an internal error and left a .tmp per run."""
+    verify_and_enable(app)
+    records = app.root / ".venv" / "sagedoctor"
+    calibration = records / "calibration.json"
+    assert calibration.is_file()
+    _put_unreadable_calibration(calibration, kind)
+    armed, lines = run_app(app)
+    assert not armed and len(lines) == 1 and "post-update" in lines[0], lines
+
+    found = _check_codes(app)
+    assert "SD168" in found, found
+    assert "calibration" in found["SD168"]["detail"] and found["SD168"]["severity"] == "error"
+    done = run_cli(["enable", "--venv", str(app.root / ".venv")], app.env)
+    assert done.returncode == 1 and "SD930" in done.stderr and "calibration" in done.stderr
+
+    done = run_cli(["post-update", "--venv", str(app.root / ".venv"), "--yes", "--quick"],
+                   app.env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing to do" not in done.stdout and "stays on" in done.stdout, done.stdout
+    assert calibration.is_file() and not calibration.is_symlink()
+    assert json.loads(calibration.read_text(encoding="utf-8"))["gpus"]
+    assert not [p.name for p in records.iterdir() if p.name.endswith(".tmp")]
+    armed, lines = run_app(app)
+    assert armed and lines == []
+    assert "SD168" not in _check_codes(app)
+
+
+def test_verify_replaces_a_folder_at_the_calibration_record(app: App) -> None:
+    """D4: verify with a folder at calibration.json was an internal error and left
+    calibration.json.<pid>.tmp behind on every run."""
+    verify_and_enable(app)
+    records = app.root / ".venv" / "sagedoctor"
+    _put_unreadable_calibration(records / "calibration.json", "folder")
+    for _ in range(2):
+        done = run_cli(["verify", "--python", str(app.python), "--quick"], app.env, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (records / "calibration.json").is_file()
+        assert not [p.name for p in records.iterdir() if p.name.endswith(".tmp")]
+
+
+def _wait_for_repair(marker: Path, log: Path, after: int) -> str:
+    """The auto-repair's log from byte `after` on, once its marker is gone (or 90 s)."""
+    deadline = time.monotonic() + 90
+    while marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    text = log.read_bytes()[after:].decode("utf-8", "replace") if log.exists() else "no log"
+    assert not marker.exists(), text
+    return text
+
+
+def test_auto_repair_starts_from_any_folder_and_a_failed_start_may_retry(
+        app: App, tmp_path: Path) -> None:
+    """D6 (issue 34): the app started from a folder holding a `sagedoctor/` folder made the
+    detached `python -m sagedoctor` import that folder and die (ImportError in
+    auto-repair.log), and its marker stayed, so the repair never ran again."""
+    verify_and_enable(app)
+    records = app.root / ".venv" / "sagedoctor"
+    marker, log = records / "auto-repair.started", records / "auto-repair.log"
+    record = next(app.site.glob("sageattention-*.dist-info")) / "RECORD"
+    record.write_text(record.read_text(encoding="utf-8") + "\n", encoding="utf-8")  # reinstalled
+
+    # The app's own folder holds a `sagedoctor/` folder (a custom node, a checkout).
+    app_dir = tmp_path / "app folder"
+    (app_dir / "sagedoctor").mkdir(parents=True)
+    (app_dir / "sagedoctor" / "__init__.py").write_text("", encoding="utf-8")
+    done = subprocess.run([str(app.python), "-c", APP], capture_output=True, text=True,
+                          env={**app.env, "SAGEDOCTOR_AUTO_REPAIR": "1"}, cwd=app_dir,
+                          timeout=120)
+    assert done.returncode == 0 and not json.loads(done.stdout)["armed"], done.stderr
+    text = _wait_for_repair(marker, log, 0)
+    assert "verified again; SageAttention stays on" in text, text
+    armed, lines = run_app(app)
+    assert armed and lines == []
+
+    # Changed again; a start whose repair cannot import sagedoctor at all: the marker goes
+    # (the next start may try again), the log says why.
+    record.write_text(record.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    size = log.stat().st_size
+    broken = tmp_path / "broken path"
+    (broken / "sagedoctor").mkdir(parents=True)
+    (broken / "sagedoctor" / "__init__.py").write_text(
+        "raise ImportError('a sagedoctor that is not this one')\n", encoding="utf-8")
+    armed, lines = run_app(app, SAGEDOCTOR_AUTO_REPAIR="1", PYTHONPATH=str(broken))
+    assert not armed and len(lines) == 1
+    text = _wait_for_repair(marker, log, size)
+    assert "not this one" in text, text
+
+
+
+def test_verify_reads_its_report_past_what_the_venv_prints_at_exit(app: App) -> None:
+    """Issue 34 ("Also"): an atexit print in the target's sitecustomize made verify fail with
+    SD920 "printed no JSON report": the report is framed, as check's probe answer is."""
+    (app.site / "sitecustomize.py").write_text(
+        "import atexit, sys\n"
+        "print('banner from sitecustomize')\n"
+        "atexit.register(lambda: print('goodbye from an atexit hook'))\n", encoding="utf-8")
+    done = run_cli(["verify", "--python", str(app.python), "--quick"], app.env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SD920" not in done.stderr and "sageattn_cpu" in done.stdout
+    done = run_cli(["verify", "--python", str(app.python), "--quick", "--json"], app.env,
+                   timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["verdict"] == "routing"

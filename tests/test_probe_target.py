@@ -115,3 +115,35 @@ def test_an_interpreter_that_never_answers_says_what_it_printed(tmp_path: Path) 
         probe_target(fake)
     assert "gave no answer" in caught.value.message
     assert "Welcome to Python!" in caught.value.message
+
+
+# A start-up that leaves a child holding the interpreter's stdout (a daemon started by a .pth
+# line, a sitecustomize that spawns a helper): the child lives on after the answer.
+HOLDS_STDOUT = ("import subprocess; subprocess.Popen(['sleep', '30'], "
+                "stdin=subprocess.DEVNULL)\n")
+
+
+def test_a_child_left_holding_stdout_does_not_hold_up_the_answer(tmp_path: Path) -> None:
+    """D23 (issue 34): every command waited the probe's 20 s, then said the interpreter "did
+    not answer" though it had: reading stops at the framed answer once it has exited."""
+    import time
+
+    from tests.standins import clean_env, run_cli
+
+    venv = tmp_path / "venv"
+    site = make_venv(venv)
+    add_torch(site, (H200 / "torch-version.py").read_text(encoding="utf-8"))
+    (site / "zz-helper.pth").write_text(HOLDS_STDOUT, encoding="utf-8")
+    env = clean_env(tmp_path)
+    began = time.monotonic()
+    done = run_cli(["check", "python", "--json", "--venv", str(venv)], env)
+    took = time.monotonic() - began
+    assert "did not answer" not in done.stdout + done.stderr, done.stdout
+    assert '"SD190"' not in done.stdout, done.stdout
+    assert took < 15, took  # not after SAGEDOCTOR_TARGET_TIMEOUT's 20 s
+    # the install steps' own questions to the target too
+    from sagedoctor.install.execute import installed_distributions
+
+    began = time.monotonic()
+    assert installed_distributions(venv_python(venv))["torch"] == "2.11.0"
+    assert time.monotonic() - began < 15

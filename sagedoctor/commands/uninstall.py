@@ -63,6 +63,28 @@ def uninstall_facts(target: TargetFacts, invokeai: InvokeAIFacts | None,
         pending_install(prefix, state_root))
 
 
+def _refuse_if_not_writable(target: TargetFacts) -> None:
+    """A read-only mount or another user's venv: said before anything is asked or begun
+    (each step would fail and be rolled back)."""
+    import os
+
+    from ..errors import NotWritable
+
+    records = VenvFiles(Path(target.prefix)).records
+    for folder in (Path(target.site_packages), records):
+        if folder.is_dir() and not os.access(folder, os.W_OK):
+            raise NotWritable(folder, _read_only_mount(folder))
+
+
+def _read_only_mount(folder: Path) -> bool:
+    import os
+
+    try:
+        return bool(os.statvfs(folder).f_flag & getattr(os, "ST_RDONLY", 0))
+    except (OSError, AttributeError):  # Windows has no statvfs
+        return False
+
+
 def run_uninstall(target: TargetFacts, *, yes: bool, dry_run: bool, everything: bool,
                   out: TextIO | None = None, answers: TextIO | None = None,
                   invokeai: InvokeAIFacts | None = None, state_root: Path | None = None,
@@ -86,6 +108,7 @@ def run_uninstall(target: TargetFacts, *, yes: bool, dry_run: bool, everything: 
     stream.write(render_plan_text(plan, header=header))
     if dry_run or not plan.steps:
         return 0
+    _refuse_if_not_writable(target)
     if not yes:
         stream.write("Proceed? [y/N] ")
         stream.flush()

@@ -16,7 +16,7 @@ def parse_version(text: str | None) -> Version | None:
         return None
     try:
         return Version(text)
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):  # ValueError: a part over int()'s 4300 digits
         return None
 
 

@@ -6,6 +6,7 @@ that disagree with their own fields are errors that name the file and the entry.
 
 from __future__ import annotations
 
+import math
 import re
 import stat
 import sys
@@ -192,9 +193,12 @@ class TomlTable:
 
     def number(self, key: str) -> float:
         try:
-            return float(self._get(key, (int, float), True))
+            value = float(self._get(key, (int, float), True))
         except OverflowError:  # an integer of 400 digits
             raise self.fail(f"{key!r} is out of range") from None
+        if not math.isfinite(value):  # nan passes every `> 0` check: each compare is false
+            raise self.fail(f"{key!r} must be a finite number, got {value}")
+        return value
 
     def texts(self, key: str, required: bool = True) -> tuple[str, ...]:
         value = self._get(key, list, required)
@@ -220,13 +224,22 @@ class TomlTable:
             raise self.fail(f"unknown key(s) {', '.join(unknown)}")
 
 
-def _https(table: TomlTable, key: str, url: str) -> str:
+# Where the index's GitHub links must point: a release, a repository, an archive of a commit.
+GITHUB_HOSTS = frozenset({"github.com"})
+
+
+def _https(table: TomlTable, key: str, url: str, hosts: frozenset[str] | None = None) -> str:
     try:
         parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port  # a port that is no number raises here
     except ValueError:  # "https://[::1": urlsplit refuses it
         raise table.fail(f"{key!r} must be an https URL, got {url!r}") from None
-    if parts.scheme != "https" or not parts.netloc:
+    if parts.scheme != "https" or not parts.netloc or not host:
         raise table.fail(f"{key!r} must be an https URL, got {url!r}")
+    if "@" in parts.netloc:  # https://github.com@evil.example.com/ reads as github.com
+        raise table.fail(f"{key!r} must not carry a user name or password, got {url!r}")
+    if hosts is not None and host not in hosts:
+        raise table.fail(f"{key!r} must be on {', '.join(sorted(hosts))}, got {url!r}")
     return url
 
 
@@ -364,11 +377,11 @@ def _build_requires(table: TomlTable) -> tuple[str, ...]:
 
 
 def _source(table: TomlTable) -> SourceSpec:
-    repository = _https(table, "repository", table.text("repository"))
+    repository = _https(table, "repository", table.text("repository"), GITHUB_HOSTS)
     commit = table.text("commit")
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
         raise table.fail("commit must be a full 40-digit hash")
-    archive = _https(table, "archive", table.text("archive"))
+    archive = _https(table, "archive", table.text("archive"), GITHUB_HOSTS)
     archs = _cc(table, "archs", table.texts("archs"))
     min_table = table.table("min_nvcc")
     assert min_table is not None
@@ -410,14 +423,15 @@ def _linux_index(row: TomlTable) -> LinuxIndex:
         cuda=row.text("cuda"),
         torch=_spec(row, "torch", row.text("torch")),
         version=row.text("version"),
-        source_repository=_https(row, "source_repository", row.text("source_repository")),
+        source_repository=_https(row, "source_repository", row.text("source_repository"),
+                                 GITHUB_HOSTS),
         source_ref=row.text("source_ref"),
         broken_archs=_cc(row, "broken_archs", row.texts("broken_archs")),
         builder=row.text("builder", required=False),
         archs=_cc(row, "archs", row.texts("archs", required=False)),
     )
     if entry.builder is not None:
-        _https(row, "builder", entry.builder)
+        _https(row, "builder", entry.builder, GITHUB_HOSTS)
     if not re.fullmatch(r"[\w.\-/]+", entry.source_ref):
         raise row.fail(f"bad source_ref {entry.source_ref!r}")
     _minor(row, "cuda", entry.cuda)
@@ -447,10 +461,10 @@ def parse_index(data: object, source: str) -> WheelIndex:
     assert triton_table is not None
     windows = top.table("windows")
     assert windows is not None
-    release_base = _https(windows, "release_base", windows.text("release_base"))
+    release_base = _https(windows, "release_base", windows.text("release_base"), GITHUB_HOSTS)
     windows_source = windows.text("source_repository", required=False) or ""
     if windows_source:
-        _https(windows, "source_repository", windows_source)
+        _https(windows, "source_repository", windows_source, GITHUB_HOSTS)
     if not release_base.endswith("/"):
         raise windows.fail("release_base must end with '/'")
     wheels = tuple(parse_windows_wheel(row, release_base) for row in windows.tables("wheels"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -67,12 +68,19 @@ def _script_text() -> str:
 
 
 def _dangling(path: Path) -> str | None:
-    """Where a broken symlink points, or None if ``path`` is not one."""
+    """What is wrong with a broken symlink ("a link to X, which does not exist", "a symlink
+    loop"), or None if ``path`` is not one."""
     try:
-        if path.is_symlink() and not path.exists():
-            return os.readlink(path)
-    except OSError:
-        return None
+        if not path.is_symlink():
+            return None
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # python -> python3 -> python: no target to name
+            return "a symlink loop"
+        try:
+            return f"a link to {os.readlink(path)}, which does not exist"
+        except OSError:
+            return None
     return None
 
 
@@ -82,7 +90,7 @@ def missing_target_error(python: Path, venv: Path | None) -> TargetError:
     if venv is not None:
         link = _dangling(venv)
         if link is not None:
-            return TargetError(f"--venv {venv} is a link to {link}, which does not exist", fix)
+            return TargetError(f"--venv {venv} is {link}", fix)
         if not venv.exists():
             return TargetError(f"--venv {venv} does not exist", fix)
         if not venv.is_dir():
@@ -90,7 +98,7 @@ def missing_target_error(python: Path, venv: Path | None) -> TargetError:
                                "pass the venv's folder, or --python EXE for an interpreter")
     link = _dangling(python)
     if link is not None:
-        return TargetError(f"the interpreter {python} is a link to {link}, which does not exist",
+        return TargetError(f"the interpreter {python} is {link}",
                            "the Python this venv was made from is gone: recreate the venv")
     if venv is not None:
         return TargetError(f"{venv} has no {python.relative_to(venv)}: it is not a virtual "

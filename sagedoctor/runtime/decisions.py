@@ -15,7 +15,6 @@ File form (schema 2), `<venv>/sagedoctor/calibration.json`:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -243,9 +242,11 @@ def save_calibration(path: str, calibration: Calibration) -> None:
             json.dump(calibration.to_json(), handle, indent=1)
             handle.write("\n")
         os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):  # a full disk left a 0-byte file per run
+    except BaseException as exc:  # a folder at `path`, a full disk: no .tmp left per run
+        try:  # noqa: SIM105 (the router loads this module; contextlib is not needed)
             os.unlink(tmp)
+        except OSError:
+            pass
         if isinstance(exc, OSError) and exc.filename is None:  # a write names no file
             raise OSError(exc.errno, exc.strerror, path) from exc
         raise

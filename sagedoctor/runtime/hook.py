@@ -12,7 +12,14 @@ __future__ is 0.1 ms of every start): annotations that name typing-only types ar
 import os
 import sys
 
-from .files import AUTO_REPAIR_LOG, AUTO_REPAIR_MARKER, CALIBRATION, VERIFIED, record_file
+from .files import (
+    AUTO_REPAIR_LOG,
+    AUTO_REPAIR_MARKER,
+    CALIBRATION,
+    VERIFIED,
+    record_file,
+    records_dir,
+)
 
 # What interpreter start runs lives in .start; its names stay importable from here (a .pth
 # line written by an older `enable` calls hook.install()).
@@ -180,24 +187,27 @@ def calibration_readable(prefix: "str | None" = None) -> bool:
     """The router reads calibration.json at the first attention call: something there that
     is no file, or is too big to be one, keeps the hook off (one line) rather than stall or
     slow the app then. No file is fine: the router measures the shapes itself."""
-    import stat
-
-    from .records import MAX_RECORD_BYTES, read_record_bytes
+    from .records import record_problem
 
     # the router's calibration_path(), without importing the router
     path = os.environ.get("SAGEDOCTOR_CALIBRATION") or record_file(prefix or sys.prefix,
                                                                    CALIBRATION)
-    try:
-        found = os.stat(path)  # a stat, unlike an open, never waits on a FIFO
-        if stat.S_ISREG(found.st_mode) and found.st_size <= MAX_RECORD_BYTES:
-            return True
-        read_record_bytes(path)  # raises, saying what is there, without blocking
-    except FileNotFoundError:
-        return True
-    except OSError as exc:  # RecordUnreadable too
-        _warn(f"{exc}; SageAttention stays off (run `{post_update_hint(prefix)}`)")
+    problem = record_problem(path)
+    if problem is not None:
+        _warn(f"{problem}; SageAttention stays off (run `{post_update_hint(prefix)}`)")
         return False
     return True
+
+
+# Runs the repair (argv[2:]), then removes the marker (argv[1]).
+_REPAIR_PARENT = ("import os, subprocess, sys\n"
+                  "try:\n"
+                  "    subprocess.call(sys.argv[2:])\n"
+                  "finally:\n"
+                  "    try:\n"
+                  "        os.unlink(sys.argv[1])\n"
+                  "    except OSError:\n"
+                  "        pass\n")
 
 
 def maybe_auto_repair(saved: "Mapping[str, Any]", prefix: "str | None" = None) -> None:
@@ -221,9 +231,16 @@ def maybe_auto_repair(saved: "Mapping[str, Any]", prefix: "str | None" = None) -
     flags: dict[str, Any] = {"start_new_session": True} if os.name != "nt" else {
         "creationflags": 0x00000008 | 0x00000200}  # DETACHED_PROCESS | NEW_PROCESS_GROUP
     try:
+        # From the records folder, not the app's: `python -m sagedoctor` imports from the
+        # current folder first, and an app folder holding a `sagedoctor/` folder (a custom
+        # node, a checkout) was imported instead. The small parent (-I: no such folder, no
+        # PYTHON* variables) removes the marker when the repair ends, however it ends: one
+        # that died before post-update ran (an ImportError) is tried again at a later start.
         with open(record_file(prefix or sys.prefix, AUTO_REPAIR_LOG), "ab") as log:
-            subprocess.Popen([*argv, "--yes"], stdin=subprocess.DEVNULL, stdout=log,
-                             stderr=subprocess.STDOUT, **flags)
+            subprocess.Popen([sys.executable, "-I", "-c", _REPAIR_PARENT, marker, *argv,
+                              "--yes"], stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=subprocess.STDOUT, cwd=records_dir(prefix or sys.prefix),
+                             **flags)
     except OSError:
         try:  # noqa: SIM105 (no contextlib: the hook loads as little as it can)
             os.unlink(marker)  # not started: a later start may try again

@@ -6,6 +6,7 @@ of garbage would be parsed at every start. Standard library only (the hook impor
 No `from __future__ import annotations` here (see hook.py): the hook loads this module.
 """
 
+import errno
 import os
 import stat
 
@@ -63,3 +64,21 @@ def read_record_bytes(path: str, limit: int = MAX_RECORD_BYTES) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def record_problem(path: str, limit: int = MAX_RECORD_BYTES) -> "str | None":
+    """Why what is at a record's path cannot be read as one (a folder, a FIFO, a device, a
+    symlink loop, over `limit` bytes), from a stat (which never waits on a FIFO); None where
+    it is a regular file within the limit, or nothing is there."""
+    try:
+        found = os.stat(path)
+        if stat.S_ISREG(found.st_mode) and found.st_size <= limit:
+            return None
+        read_record_bytes(path, limit)  # raises, saying what is there, without blocking
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # RecordUnreadable too
+        if exc.errno == errno.ELOOP:
+            return f"{path} is a symlink loop"
+        return str(exc)
+    return None

@@ -713,10 +713,17 @@ def main(argv: list[str] | None = None) -> int:
     report = run_selftest(sweep=QUICK_SWEEP if args.quick else SWEEP, settings=settings,
                           quick=args.quick, prior=prior, fresh=args.fresh,
                           progress=to_stderr if args.progress else None)
-    if args.json:
-        print(json.dumps(report))
-    else:
-        print(json.dumps(report, indent=2))
+    text = json.dumps(report) if args.json else json.dumps(report, indent=2)
+    token = os.environ.get("SAGEDOCTOR_ANSWER_TOKEN", "")
+    if not token:
+        print(text)
+        return 0
+    # sagedoctor's verify: the report between two copies of its token, straight to fd 1, so
+    # what the venv's start-up or atexit hooks print stays outside it (target_answer.py)
+    sys.stdout.flush()
+    payload = (token + text + token + "\n").encode("utf-8")
+    while payload:
+        payload = payload[os.write(1, payload):]
     return 0
 
 
