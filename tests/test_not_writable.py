@@ -103,10 +103,14 @@ def as_nobody_cli(args: list[str], env: dict[str, str]) -> tuple[int, str]:
             # nobody cannot read this interpreter's library (under root's 0700 home): what
             # disable imports is imported first
             import importlib
+            import pkgutil
 
-            for name in ("sagedoctor.cli", "sagedoctor.probe", "sagedoctor.probe.target",
-                         "sagedoctor.commands.enable", "sagedoctor.hook", "sagedoctor.diagnose",
-                         "sagedoctor.settings", "sagedoctor.render", "platformdirs"):
+            import sagedoctor
+
+            # every module of the tool, whatever the layout (not __main__, which runs the CLI)
+            names = [m.name for m in pkgutil.walk_packages(sagedoctor.__path__, "sagedoctor.")
+                     if m.name != "sagedoctor.__main__"]
+            for name in [*names, "platformdirs"]:
                 importlib.import_module(name)
             os.setgid(NOBODY)
             os.setuid(NOBODY)
