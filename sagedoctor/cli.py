@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -335,10 +335,125 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _output_outcome(_main(args), args)
 
 
-def _main(argv: Sequence[str]) -> int:
-    parser = build_parser()
+def _tui(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .tui import TuiOptions, run_tui
+
+    return run_tui(TuiOptions(
+        venv=args.venv, python=args.python, root=args.root, facts_file=args.facts,
+        index_file=args.index, source_dir=args.source,
+        use_linux_indexes=not args.no_wheel_index, selftest_report=args.report,
+        quick_verify=args.quick))
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .commands.check import CheckOptions, run_check
+
+    return run_check(
+        CheckOptions(
+            areas=(args.area,) if args.area else AREAS,
+            venv=args.venv,
+            python=args.python,
+            root=args.root,
+            comfyui=args.comfyui,
+            facts_file=args.facts,
+            as_json=args.json,
+            verbose=args.verbose,
+        )
+    )
+
+
+def _plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .commands.plan import run_plan
+
+    return run_plan(_plan_options(args))
+
+
+def _install(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .commands.install import InstallOptions, run_install
+
+    if args.source is not None and not args.source.is_dir():
+        parser.error(f"--source {args.source}: not a folder")
+    if args.facts is not None and not args.dry_run:
+        parser.error("--facts describes another machine: use it with --dry-run (or "
+                     "`sagedoctor plan --facts`)")
+    _check_source_url(parser, args)
+    return run_install(InstallOptions(_plan_options(args), dry_run=args.dry_run,
+                                      quick_verify=args.quick, offline=args.offline,
+                                      source_url=args.source_url))
+
+
+def _post_update(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .commands.post_update import PostUpdateOptions, run_post_update
+
+    if args.source is not None and not args.source.is_dir():
+        parser.error(f"--source {args.source}: not a folder")
+    _check_source_url(parser, args)
+    return run_post_update(PostUpdateOptions(
+        venv=args.venv, python=args.python, root=args.root, index_file=args.index,
+        source_dir=args.source, source_url=args.source_url,
+        use_linux_indexes=not args.no_wheel_index, offline=args.offline,
+        yes=args.yes, quick_verify=args.quick))
+
+
+def _index(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .commands.index import run_refresh
+
+    return run_refresh(args.index, args.api, pypi=args.pypi, as_json=args.json)
+
+
+def _uninstall(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .commands.uninstall import run_uninstall
+
+    facts = _inspect(args, ("python", "invokeai"))
+    assert facts.target is not None
+    return run_uninstall(facts.target, yes=args.yes, dry_run=args.dry_run,
+                         everything=args.all, invokeai=facts.invokeai)
+
+
+def _enable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .commands.enable import run_enable
+
+    facts = _inspect(args, ("python", "comfyui"))
+    assert facts.target is not None
+    return run_enable(facts.target, comfyui=facts.comfyui, launch_flag=args.launch_flag,
+                      verification=facts.verification)
+
+
+def _disable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .commands.enable import disable_without_interpreter, run_disable
+    from .hook import hook_files_on_disk
+
+    try:
+        facts = _inspect(args, ("python", "comfyui"))
+    except TargetError as exc:
+        # A corrupt hook file kills the venv's Python: find it on disk and remove it.
+        ours = hook_files_on_disk(args.venv, args.python, args.comfyui)
+        if not ours:
+            raise
+        return disable_without_interpreter(ours, exc.message.split(" (fix: ")[0])
+    assert facts.target is not None
+    return run_disable(facts.target, comfyui=facts.comfyui)
+
+
+def _verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    target = _inspect_target(args)
+    from .commands.verify import run_verify
+
+    return run_verify(Path(target.executable), Path(target.prefix), args.quick,
+                      args.json, repeat=args.repeat, fresh=args.fresh)
+
+
+# Each command's options in, its exit status out (the command modules render).
+COMMANDS: dict[str, Callable[[argparse.ArgumentParser, argparse.Namespace], int]] = {
+    "tui": _tui, "check": _check, "plan": _plan, "install": _install,
+    "post-update": _post_update, "index": _index, "uninstall": _uninstall,
+    "enable": _enable, "disable": _disable, "verify": _verify,
+}
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
+    """The arguments, or the exit status where there is nothing to run."""
     args = parser.parse_args(argv)
-    command_parser: argparse.ArgumentParser = getattr(args, "command_parser", None) or parser
     if args.command is None:
         if not _on_a_terminal():
             parser.print_help()
@@ -351,100 +466,26 @@ def _main(argv: Sequence[str]) -> int:
         print("sagedoctor: error: the TUI needs a terminal (standard input and output); "
               "use the commands above", file=sys.stderr)
         return EXIT_USAGE
+    return args
+
+
+def _main(argv: Sequence[str]) -> int:
+    parser = build_parser()
+    args = _parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    run = COMMANDS.get(args.command)
+    if run is None:  # pragma: no cover
+        parser.error(f"unknown command {args.command}")
     try:
         from .settings import check_settings
 
         check_settings(os.environ)
-        if args.command == "tui":
-            from .tui import TuiOptions, run_tui
-
-            return run_tui(TuiOptions(
-                venv=args.venv, python=args.python, root=args.root, facts_file=args.facts,
-                index_file=args.index, source_dir=args.source,
-                use_linux_indexes=not args.no_wheel_index, selftest_report=args.report,
-                quick_verify=args.quick))
-        if args.command == "check":
-            from .commands.check import CheckOptions, run_check
-
-            return run_check(
-                CheckOptions(
-                    areas=(args.area,) if args.area else AREAS,
-                    venv=args.venv,
-                    python=args.python,
-                    root=args.root,
-                    comfyui=args.comfyui,
-                    facts_file=args.facts,
-                    as_json=args.json,
-                    verbose=args.verbose,
-                )
-            )
-        if args.command == "plan":
-            from .commands.plan import run_plan
-
-            return run_plan(_plan_options(args))
-        if args.command == "install":
-            from .commands.install import InstallOptions, run_install
-
-            if args.source is not None and not args.source.is_dir():
-                command_parser.error(f"--source {args.source}: not a folder")
-            if args.facts is not None and not args.dry_run:
-                command_parser.error("--facts describes another machine: use it with --dry-run (or "
-                             "`sagedoctor plan --facts`)")
-            _check_source_url(command_parser, args)
-            return run_install(InstallOptions(_plan_options(args), dry_run=args.dry_run,
-                                              quick_verify=args.quick, offline=args.offline,
-                                              source_url=args.source_url))
-        if args.command == "post-update":
-            from .commands.post_update import PostUpdateOptions, run_post_update
-
-            if args.source is not None and not args.source.is_dir():
-                command_parser.error(f"--source {args.source}: not a folder")
-            _check_source_url(command_parser, args)
-            return run_post_update(PostUpdateOptions(
-                venv=args.venv, python=args.python, root=args.root, index_file=args.index,
-                source_dir=args.source, source_url=args.source_url,
-                use_linux_indexes=not args.no_wheel_index, offline=args.offline,
-                yes=args.yes, quick_verify=args.quick))
-        if args.command == "index":
-            from .commands.index import run_refresh
-
-            return run_refresh(args.index, args.api, pypi=args.pypi, as_json=args.json)
-        if args.command == "uninstall":
-            from .commands.uninstall import run_uninstall
-
-            facts = _inspect(args, ("python", "invokeai"))
-            assert facts.target is not None
-            return run_uninstall(facts.target, yes=args.yes, dry_run=args.dry_run,
-                                 everything=args.all, invokeai=facts.invokeai)
         if args.command in ("enable", "disable"):
             _clear_non_file_hooks(args)  # before the venv's Python is started
-        if args.command == "enable":
-            from .commands.enable import run_enable
-
-            facts = _inspect(args, ("python", "comfyui"))
-            assert facts.target is not None
-            return run_enable(facts.target, comfyui=facts.comfyui, launch_flag=args.launch_flag,
-                              verification=facts.verification)
-        if args.command == "disable":
-            from .commands.enable import disable_without_interpreter, run_disable
-            from .hook import hook_files_on_disk
-
-            try:
-                facts = _inspect(args, ("python", "comfyui"))
-            except TargetError as exc:
-                # A corrupt hook file kills the venv's Python: find it on disk and remove it.
-                ours = hook_files_on_disk(args.venv, args.python, args.comfyui)
-                if not ours:
-                    raise
-                return disable_without_interpreter(ours, exc.message.split(" (fix: ")[0])
-            assert facts.target is not None
-            return run_disable(facts.target, comfyui=facts.comfyui)
-        if args.command == "verify":
-            target = _inspect_target(args)
-            from .commands.verify import run_verify
-
-            return run_verify(Path(target.executable), Path(target.prefix), args.quick,
-                              args.json, repeat=args.repeat, fresh=args.fresh)
+        # a command's own parser: its usage line, not the top-level one, with an error
+        command_parser: argparse.ArgumentParser = getattr(args, "command_parser", None) or parser
+        return run(command_parser, args)
     except SagedoctorError as exc:
         return _print_error(exc)
     except KeyboardInterrupt:
@@ -468,5 +509,3 @@ def _main(argv: Sequence[str]) -> int:
         else:
             print("sagedoctor: internal error (run with -v for the traceback)", file=sys.stderr)
         return EXIT_TOOL_FAILED
-    parser.error(f"unknown command {args.command}")  # pragma: no cover
-    return EXIT_TOOL_FAILED  # pragma: no cover

@@ -322,25 +322,7 @@ def _from_jsonable(tp: Any, value: Any, where: str, source: str) -> Any:
             _from_jsonable(item_tp, v, f"{where}[{i}]", source) for i, v in enumerate(value)
         )
     if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise FactsFileError(source, f"{where}: expected an object")
-        hints = typing.get_type_hints(tp)
-        fields = {f.name: f for f in dataclasses.fields(tp)}
-        unknown = sorted(set(value) - set(fields))
-        if unknown:
-            raise FactsFileError(source, f"{where}: unknown key(s) {', '.join(unknown)}")
-        kwargs = {}
-        for name, f in fields.items():
-            if name not in value:
-                has_default = (
-                    f.default is not dataclasses.MISSING
-                    or f.default_factory is not dataclasses.MISSING
-                )
-                if has_default:
-                    continue
-                raise FactsFileError(source, f"{where}: missing key {name!r}")
-            kwargs[name] = _from_jsonable(hints[name], value[name], f"{where}.{name}", source)
-        return tp(**kwargs)  # type: ignore[operator]
+        return _dataclass_from_jsonable(tp, value, where, source)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise FactsFileError(source, f"{where}: expected a number")
@@ -354,6 +336,29 @@ def _from_jsonable(tp: Any, value: Any, where: str, source: str) -> Any:
             raise FactsFileError(source, f"{where}: expected {tp.__name__}, got {value!r:.60}")
         return value
     raise FactsFileError(source, f"{where}: unsupported type {tp!r}")  # pragma: no cover
+
+
+def _dataclass_from_jsonable(tp: Any, value: Any, where: str, source: str) -> Any:
+    """A dataclass from a JSON object: no unknown key, every key without a default present."""
+    if not isinstance(value, dict):
+        raise FactsFileError(source, f"{where}: expected an object")
+    hints = typing.get_type_hints(tp)
+    fields = {f.name: f for f in dataclasses.fields(tp)}
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise FactsFileError(source, f"{where}: unknown key(s) {', '.join(unknown)}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in value:
+            has_default = (
+                f.default is not dataclasses.MISSING
+                or f.default_factory is not dataclasses.MISSING
+            )
+            if has_default:
+                continue
+            raise FactsFileError(source, f"{where}: missing key {name!r}")
+        kwargs[name] = _from_jsonable(hints[name], value[name], f"{where}.{name}", source)
+    return tp(**kwargs)
 
 
 def parse_record(tp: type[T], data: object, where: str, source: str) -> T:

@@ -190,17 +190,9 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     from ..plan import Blocked
     from ..probe import collect_facts
     from ..render.plan import render_plan_text
-    from ..state import forget_routing
 
     target = facts.target
-    old = _what_changed(prefix, {"python": target.python_version, "dists": {
-        "torch": target.torch.version if target.torch else None,
-        "triton": target.triton, "triton-windows": target.triton_windows,
-        "sageattention": target.sageattention.version if target.sageattention else None}})
-    if not old:  # same versions, rewritten files (a reinstall, a build put in by hand)
-        same, why = unchanged_since_verify(prefix)
-        old = [why.removesuffix(" changed") + " rewritten"] if not same and why.endswith(
-            " changed") else []
+    old = _changes(prefix, target)
     stream.write("sagedoctor: " + (", ".join(old) if old else "the venv changed")
                  + " since the last verify; verifying again\n")
     stream.flush()
@@ -225,22 +217,7 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     # venv's arming record is gone already where it did not.
     routing = verdict == "routing"
     if not changing:
-        if isinstance(result, Blocked):
-            stream.write(render_plan_text(result, header="post-update: cannot repair:"))
-        if routing:
-            stream.write("post-update: `sageattn()` is wrong here and nothing sagedoctor can "
-                         "install replaces the build; the router keeps using the kernels "
-                         "verify proved, but apps that call sageattn() directly (ComfyUI "
-                         "--use-sage-attention, KJNodes, diffusers) get wrong output.\n")
-            return EXIT_NOT_VERIFIED
-        forget_routing(prefix)
-        why = {"sdpa-only": "no kernel is both correct and faster here, and no other build "
-                            "is known to be",
-               "broken": "SageAttention does not work, and nothing sagedoctor can install "
-                         "changes that"}.get(verdict or "", "the self-test could not run")
-        stream.write(f"post-update: routing is off for {prefix}: {why}. PyTorch SDPA stays "
-                     "in use; `sagedoctor check` says more.\n")
-        return EXIT_NOT_VERIFIED
+        return _not_repairable(result, verdict, prefix, stream)
     assert not isinstance(result, Blocked)
     reason = ("the installed SageAttention was built for the old torch and no longer works"
               if rebuild else "the verify found `sageattn()` wrong on "
@@ -249,13 +226,7 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     stream.write(f"post-update: {reason}; the repair:\n")
     stream.write(render_plan_text(result, header=f"index: {index.source}"))
     stream.flush()
-    from ..decide.fixes import quote
-    from ..probe.target import current_os
-
-    fix = (f"sagedoctor post-update --venv {quote(str(prefix), current_os())} --yes"
-           + (f" --source-url {options.source_url}" if options.source_url else "")
-           + (f" --source {options.source_dir}" if options.source_dir else "")
-           + (" --offline" if options.offline else ""))
+    fix = _repair_command(prefix, options)
     try:
         confirmed = _confirm(stream, options.yes, fix)
     except ConfirmationNeeded as exc:
@@ -267,6 +238,54 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
         stream.write(f"post-update: not repaired; {state}. Later: `{fix}`\n")
         return EXIT_NOT_VERIFIED
     return _repair(result, options, python, prefix, stream, __version__)
+
+
+def _changes(prefix: Path, target: Any) -> list[str]:
+    """What changed since the last verify: versions, else files rewritten in place."""
+    old = _what_changed(prefix, {"python": target.python_version, "dists": {
+        "torch": target.torch.version if target.torch else None,
+        "triton": target.triton, "triton-windows": target.triton_windows,
+        "sageattention": target.sageattention.version if target.sageattention else None}})
+    if not old:  # same versions, rewritten files (a reinstall, a build put in by hand)
+        same, why = unchanged_since_verify(prefix)
+        old = [why.removesuffix(" changed") + " rewritten"] if not same and why.endswith(
+            " changed") else []
+    return old
+
+
+def _not_repairable(result: Any, verdict: str | None, prefix: Path, stream: TextIO) -> int:
+    """No plan changes anything: the verified kernels stay ('routing'), else routing is
+    switched off."""
+    from ..plan import Blocked
+    from ..render.plan import render_plan_text
+    from ..state import forget_routing
+
+    if isinstance(result, Blocked):
+        stream.write(render_plan_text(result, header="post-update: cannot repair:"))
+    if verdict == "routing":
+        stream.write("post-update: `sageattn()` is wrong here and nothing sagedoctor can "
+                     "install replaces the build; the router keeps using the kernels "
+                     "verify proved, but apps that call sageattn() directly (ComfyUI "
+                     "--use-sage-attention, KJNodes, diffusers) get wrong output.\n")
+        return EXIT_NOT_VERIFIED
+    forget_routing(prefix)
+    why = {"sdpa-only": "no kernel is both correct and faster here, and no other build "
+                        "is known to be",
+           "broken": "SageAttention does not work, and nothing sagedoctor can install "
+                     "changes that"}.get(verdict or "", "the self-test could not run")
+    stream.write(f"post-update: routing is off for {prefix}: {why}. PyTorch SDPA stays "
+                 "in use; `sagedoctor check` says more.\n")
+    return EXIT_NOT_VERIFIED
+
+
+def _repair_command(prefix: Path, options: PostUpdateOptions) -> str:
+    from ..decide.fixes import quote
+    from ..probe.target import current_os
+
+    return (f"sagedoctor post-update --venv {quote(str(prefix), current_os())} --yes"
+            + (f" --source-url {options.source_url}" if options.source_url else "")
+            + (f" --source {options.source_dir}" if options.source_dir else "")
+            + (" --offline" if options.offline else ""))
 
 
 def _repair(plan: Any, options: PostUpdateOptions, python: Path, prefix: Path,

@@ -5,7 +5,7 @@ Pure: facts and the index's Triton rules in, a TritonRequirement out."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packaging.specifiers import SpecifierSet
 
@@ -108,22 +108,27 @@ def triton_requirement(torch: TorchFacts, gpus: list[Gpu], os_name: str,
         return TritonRequirement(package, None, None, "unknown", "",
                                  blocked=f"torch {label}: no triton-windows pairing known",
                                  blocked_code="SD202")
-    window_minor = _lower_minor(spec)
+    return _with_turing(TritonRequirement(package, spec, _lower_minor(spec), source, reason),
+                        spec, gpus, rules, label)
+
+
+def _with_turing(req: TritonRequirement, spec: SpecifierSet, gpus: list[Gpu],
+                 rules: TritonRules, label: str) -> TritonRequirement:
+    """Turing (sm75) needs Triton before 3.3: within the spec, said; beside newer GPUs, left
+    out; alone, blocked with the torch line that still works."""
     turing = [g for g in gpus if g.compute_capability == "7.5"]
     if not turing:
-        return TritonRequirement(package, spec, window_minor, source, reason)
+        return req
     lower = _lower_bound(spec)
     if lower is not None and rules.turing_spec.contains(lower, prereleases=True):
-        return TritonRequirement(
-            package, spec, window_minor, source,
-            reason + f"; {_gpu_name(turing[0])} also needs Triton "
-            f"{spec_text(rules.turing_spec)} (Triton dropped Turing in 3.3), which it is")
+        return replace(req, reason=req.reason + f"; {_gpu_name(turing[0])} also needs Triton "
+                       f"{spec_text(rules.turing_spec)} (Triton dropped Turing in 3.3), which "
+                       "it is")
     if len(turing) < len(gpus):  # other GPUs still use it; the Turing ones stay on PyTorch
-        return TritonRequirement(package, spec, window_minor, source, reason,
-                                 turing_left_out=tuple(turing))
+        return replace(req, turing_left_out=tuple(turing))
     old = newest_turing_torch(rules)
-    return TritonRequirement(
-        package, None, window_minor, source, reason,
+    return replace(
+        req, spec=None,
         blocked=(f"{_gpu_name(turing[0])} needs Triton {spec_text(rules.turing_spec)} (Triton "
                  f"dropped Turing in 3.3); torch {label} needs Triton {spec_text(spec)}: no "
                  "Triton serves both"),

@@ -297,7 +297,6 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
     """Undo the change phase the journal describes; returns the proven state, or raises."""
     python = Path(data["python"])
     before: dict[str, Any] = data["snapshot"]
-    copies: dict[str, str] = data.get("backups", {})
     names = set(before["dists"]) | set(data.get("names", []))
     with signals_ignored():
         for original, moved in data.get("moved", []):
@@ -308,45 +307,9 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
                         for p in e["files"]}
         dist_infos_before = {Path(e["dist_info"]) for entries in before["dists"].values()
                              for e in entries}
-        # Only paths that did not exist before the change go: what the new wheels wrote, and
-        # dist-info folders that appeared (the installer adds files to them of its own).
-        added: set[Path] = {Path(p) for p in data.get("additions", [])}
-        for entries in now["dists"].values():
-            for entry in entries:
-                if Path(entry["dist_info"]) not in dist_infos_before:
-                    added.add(Path(entry["dist_info"]))
-                    # its files too: a version uv put in place (uninstall's put-back) has
-                    # no prepared wheel whose paths the journal could list beforehand
-                    # (files only: a folder at such a path is someone else's)
-                    added.update(Path(f) for f in entry["files"]
-                                 if Path(f).is_symlink() or not Path(f).is_dir())
-        removed_from: set[Path] = set()
-        failures: list[str] = []  # each is tried; the proof below says what stayed wrong
-        for path in sorted(added, key=lambda p: len(p.parts), reverse=True):
-            if str(path) in owned_before or not (path.exists() or path.is_symlink()):
-                continue
-            try:
-                _remove(path)
-            except OSError as exc:
-                failures.append(f"cannot remove {path}: {exc.strerror or exc}")
-                continue
-            removed_from.add(path.parent)
-        digests_before = {p: d for entries in before["dists"].values() for e in entries
-                          for p, d in e["files"].items()}
-        for original, copy in copies.items():
-            target = Path(original)
-            # Unchanged files are left be: one the installer could not touch (chattr +i, a
-            # read-only folder) cannot be written by us either, and needs nothing.
-            if target.is_file() and not target.is_symlink() and _hash(original) == (
-                    digests_before.get(original) or _hash(copy)):
-                continue
-            try:
-                if target.is_dir() and not target.is_symlink():
-                    shutil.rmtree(target)  # a file replaced by a folder: put the file back
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(copy, target)
-            except OSError as exc:
-                failures.append(f"cannot restore {original}: {exc.strerror or exc}")
+        added = _added_since(data, now, dist_infos_before)
+        removed_from, failures = _remove_added(added, owned_before)
+        failures += _restore_backups(data.get("backups", {}), before)
         keep = {Path(p).parent for p in owned_before} | dist_infos_before
         _prune(removed_from, keep, Path(before["purelib"]))
         edited = restore_edited_files(list(data.get("edited_files") or []), say)
@@ -369,6 +332,62 @@ def boot_id() -> str | None:
         return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
     except (OSError, ValueError):
         return None
+
+
+def _added_since(data: dict[str, Any], now: dict[str, Any], dist_infos_before: set[Path]
+                 ) -> set[Path]:
+    """Only paths that did not exist before the change go: what the new wheels wrote, and
+    dist-info folders that appeared (the installer adds files to them of its own)."""
+    added: set[Path] = {Path(p) for p in data.get("additions", [])}
+    for entries in now["dists"].values():
+        for entry in entries:
+            if Path(entry["dist_info"]) not in dist_infos_before:
+                added.add(Path(entry["dist_info"]))
+                # its files too: a version uv put in place (uninstall's put-back) has
+                # no prepared wheel whose paths the journal could list beforehand
+                # (files only: a folder at such a path is someone else's)
+                added.update(Path(f) for f in entry["files"]
+                             if Path(f).is_symlink() or not Path(f).is_dir())
+    return added
+
+
+def _remove_added(added: set[Path], owned_before: set[str]) -> tuple[set[Path], list[str]]:
+    """(the folders something was removed from, what could not be removed): each path is
+    tried; the proof after the rollback says what stayed wrong."""
+    removed_from: set[Path] = set()
+    failures: list[str] = []
+    for path in sorted(added, key=lambda p: len(p.parts), reverse=True):
+        if str(path) in owned_before or not (path.exists() or path.is_symlink()):
+            continue
+        try:
+            _remove(path)
+        except OSError as exc:
+            failures.append(f"cannot remove {path}: {exc.strerror or exc}")
+            continue
+        removed_from.add(path.parent)
+    return removed_from, failures
+
+
+def _restore_backups(copies: dict[str, str], before: dict[str, Any]) -> list[str]:
+    """Put each backed-up file back where it changed; what could not be restored."""
+    failures: list[str] = []
+    digests_before = {p: d for entries in before["dists"].values() for e in entries
+                      for p, d in e["files"].items()}
+    for original, copy in copies.items():
+        target = Path(original)
+        # Unchanged files are left be: one the installer could not touch (chattr +i, a
+        # read-only folder) cannot be written by us either, and needs nothing.
+        if target.is_file() and not target.is_symlink() and _hash(original) == (
+                digests_before.get(original) or _hash(copy)):
+            continue
+        try:
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)  # a file replaced by a folder: put the file back
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(copy, target)
+        except OSError as exc:
+            failures.append(f"cannot restore {original}: {exc.strerror or exc}")
+    return failures
 
 
 def kill_group(pgid: int | None) -> bool:

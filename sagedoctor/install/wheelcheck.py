@@ -43,35 +43,46 @@ def check_wheel(wheel: Path) -> list[str]:
         if len(records) != 1:
             raise HostileWheel(f"{wheel.name} has {len(records)} RECORD files, not one",
                                "refused; nothing was installed")
-        listed: dict[str, str] = {}
-        text = archive.read(records[0]).decode("utf-8", errors="replace")
-        for row in csv.reader(io.StringIO(text)):
-            if not row:
-                continue
-            if _unsafe(row[0]):
-                raise HostileWheel(f"{wheel.name}: its RECORD names {row[0]!r}, outside the "
-                                   "venv", "refused; nothing was installed")
-            listed[row[0]] = row[1] if len(row) > 1 else ""
-        for name in names:
-            if name == records[0] or name.endswith((".dist-info/RECORD.jws",
-                                                    ".dist-info/RECORD.p7s")):
-                continue
-            if name not in listed:
-                raise HostileWheel(f"{wheel.name}: {name} is not in its RECORD",
-                                   "refused: a RECORD that lies cannot be uninstalled cleanly")
-            expected = listed[name]
-            if not expected.startswith("sha256="):
-                raise HostileWheel(f"{wheel.name}: RECORD has no sha256 for {name}", "refused")
-            got = "sha256=" + base64.urlsafe_b64encode(
-                hashlib.sha256(archive.read(name)).digest()).rstrip(b"=").decode()
-            if got != expected:
-                raise HostileWheel(f"{wheel.name}: {name} does not match its RECORD digest",
-                                   "refused: the wheel was altered after it was built")
+        listed = _record_rows(wheel, archive.read(records[0]))
+        _check_digests(wheel, archive, names, records[0], listed)
         missing = [n for n in listed if n not in names and n != records[0]]
         if missing:
             raise HostileWheel(f"{wheel.name}: its RECORD lists files it lacks: "
                                + ", ".join(missing[:3]), "refused; nothing was installed")
     return names
+
+
+def _record_rows(wheel: Path, record: bytes) -> dict[str, str]:
+    """RECORD's rows, path -> hash; a path outside the venv refuses the wheel."""
+    listed: dict[str, str] = {}
+    for row in csv.reader(io.StringIO(record.decode("utf-8", errors="replace"))):
+        if not row:
+            continue
+        if _unsafe(row[0]):
+            raise HostileWheel(f"{wheel.name}: its RECORD names {row[0]!r}, outside the "
+                               "venv", "refused; nothing was installed")
+        listed[row[0]] = row[1] if len(row) > 1 else ""
+    return listed
+
+
+def _check_digests(wheel: Path, archive: zipfile.ZipFile, names: list[str], record: str,
+                   listed: dict[str, str]) -> None:
+    """Every file of the wheel is in its RECORD with the sha256 it has."""
+    for name in names:
+        if name == record or name.endswith((".dist-info/RECORD.jws",
+                                            ".dist-info/RECORD.p7s")):
+            continue
+        if name not in listed:
+            raise HostileWheel(f"{wheel.name}: {name} is not in its RECORD",
+                               "refused: a RECORD that lies cannot be uninstalled cleanly")
+        expected = listed[name]
+        if not expected.startswith("sha256="):
+            raise HostileWheel(f"{wheel.name}: RECORD has no sha256 for {name}", "refused")
+        got = "sha256=" + base64.urlsafe_b64encode(
+            hashlib.sha256(archive.read(name)).digest()).rstrip(b"=").decode()
+        if got != expected:
+            raise HostileWheel(f"{wheel.name}: {name} does not match its RECORD digest",
+                               "refused: the wheel was altered after it was built")
 
 
 def landing_paths(names: list[str], purelib: Path, scripts: Path) -> list[Path]:

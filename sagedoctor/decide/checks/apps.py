@@ -40,15 +40,8 @@ def check_invokeai(facts: Facts) -> list[Finding]:
         return [finding("SD180", "ok", f"no InvokeAI at {inv.root} (from {source})"),
                 finding("SD186", "warn", f"{inv.root} (from {source}) holds no invokeai.yaml, "
                         "no launcher marker and no invokeai package in a .venv")]
-    if package is not None:
-        version = f"InvokeAI {package.version}"
-    elif facts.target is not None and inv.venv is not None and facts.target.prefix == inv.venv:
-        version = "InvokeAI root (its venv holds no invokeai package)"
-    else:
-        version = "InvokeAI (its venv not inspected" + (
-            f": the target is {facts.target.prefix})" if facts.target else ")")
-    out.append(finding("SD180", "ok", f"{version} at {inv.root} (from {inv.root_source}); "
-                       f"{config}"))
+    out.append(finding("SD180", "ok", f"{_invokeai_version(facts, inv)} at {inv.root} (from "
+                       f"{inv.root_source}); {config}"))
     pending = invokeai_switch_pending(facts)
     if inv.root_source == "--root" and not inv.installed and not inv.config_exists:
         # The plan's edit would create invokeai.yaml in a folder InvokeAI never reads.
@@ -73,6 +66,17 @@ def check_invokeai(facts: Facts) -> list[Finding]:
                                f"{inv.config_path} sets attention_backend: "
                                f"{inv.attention_backend}"))
     return out
+
+
+def _invokeai_version(facts: Facts, inv: InvokeAIFacts) -> str:
+    """What the summary calls this install: its version, or why it has none."""
+    package = facts.target.invokeai if facts.target else None
+    if package is not None:
+        return f"InvokeAI {package.version}"
+    if facts.target is not None and inv.venv is not None and facts.target.prefix == inv.venv:
+        return "InvokeAI root (its venv holds no invokeai package)"
+    return "InvokeAI (its venv not inspected" + (
+        f": the target is {facts.target.prefix})" if facts.target else ")")
 
 
 def runs_comfyui(comfy: ComfyUIFacts, target: TargetFacts | None, os_name: str) -> bool:
@@ -155,25 +159,33 @@ def check_comfyui(facts: Facts, os_name: str) -> list[Finding]:
                            f"{comfy.version or '(this version)'} does not declare: it stops "
                            "at start with 'unrecognized arguments'"))
     if comfy.sage_flag_in and ours:
-        install = f"sagedoctor install --comfyui {folder}"
-        for wrong in recorded_wrong_sageattn(facts):
-            out.append(finding(
-                "SD222", "error",
-                f"ComfyUI starts with {SAGE_FLAG} ({where}), and verify found `sageattn()` "
-                f"({wrong.kernel or 'its auto kernel'}) wrong on {wrong.name} "
-                f"sm{wrong.arch.replace('.', '')}: every image it makes is garbage",
-                f"{install}  (replaces the build); until then remove {SAGE_FLAG} from {where}"))
-        record = facts.verification
-        if (record is not None and record.status == "verified" and target is not None
-                and verification_is_current(record, target) and record.verdict == "sdpa-only"
-                and not recorded_wrong_sageattn(facts)):
-            out.append(finding(
-                "SD223", "warn",
-                f"ComfyUI starts with {SAGE_FLAG} ({where}), but verify "
-                f"({record.verified_at}) found no SageAttention kernel faster than SDPA on "
-                "this GPU at the shapes it measured: the flag makes attention slower",
-                f"remove {SAGE_FLAG} from {where}; `sagedoctor enable --comfyui {folder}` "
-                "routes only where verify proved a gain"))
+        out += _flag_findings(facts, where, folder)
+    return out
+
+
+def _flag_findings(facts: Facts, where: str, folder: str) -> list[Finding]:
+    """ComfyUI starts with --use-sage-attention: against what verify found for this build."""
+    target = facts.target
+    out: list[Finding] = []
+    install = f"sagedoctor install --comfyui {folder}"
+    for wrong in recorded_wrong_sageattn(facts):
+        out.append(finding(
+            "SD222", "error",
+            f"ComfyUI starts with {SAGE_FLAG} ({where}), and verify found `sageattn()` "
+            f"({wrong.kernel or 'its auto kernel'}) wrong on {wrong.name} "
+            f"sm{wrong.arch.replace('.', '')}: every image it makes is garbage",
+            f"{install}  (replaces the build); until then remove {SAGE_FLAG} from {where}"))
+    record = facts.verification
+    if (record is not None and record.status == "verified" and target is not None
+            and verification_is_current(record, target) and record.verdict == "sdpa-only"
+            and not recorded_wrong_sageattn(facts)):
+        out.append(finding(
+            "SD223", "warn",
+            f"ComfyUI starts with {SAGE_FLAG} ({where}), but verify "
+            f"({record.verified_at}) found no SageAttention kernel faster than SDPA on "
+            "this GPU at the shapes it measured: the flag makes attention slower",
+            f"remove {SAGE_FLAG} from {where}; `sagedoctor enable --comfyui {folder}` "
+            "routes only where verify proved a gain"))
     return out
 
 

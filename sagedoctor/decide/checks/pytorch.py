@@ -28,7 +28,7 @@ from ..versions import (
     public_version,
     torch_build_of,
 )
-from .gpu import _driver_majors
+from .gpu import driver_majors
 
 
 def torch_kernel_findings(target: TargetFacts, gpus: Iterable[Gpu], os_name: str,
@@ -46,6 +46,20 @@ def torch_kernel_findings(target: TargetFacts, gpus: Iterable[Gpu], os_name: str
                and not build_serves(build, torch.version, g.compute_capability, machine)]
     if not lacking:
         return []
+    fix = _kernel_fix(target, lacking, all_gpus, os_name, machine, nvcc_version)
+    variant_now = variant_of(build, torch.version) if machine == "x86_64" else None
+    covers = (f" (its kernels: sm{', sm'.join(a.replace('.', '') for a in variant_now.archs)})"
+              if variant_now else "")
+    return [finding("SD144", "error", f"torch {build.label} (CUDA {build.cuda}){covers} has no "
+                    f"kernels for {gpu_label(g)}", fix) for g in lacking]
+
+
+def _kernel_fix(target: TargetFacts, lacking: list[Gpu], all_gpus: Iterable[Gpu], os_name: str,
+                machine: str, nvcc_version: str | None) -> str:
+    """The same torch built for a CUDA whose kernels serve these GPUs (and the toolkit a
+    source build then needs), else the newest torch that serves them."""
+    torch = target.torch
+    assert torch is not None
     public = public_version(torch.version) or torch.version
     everyone = [g.compute_capability for g in (*all_gpus, *lacking) if g.compute_capability]
     variant = None if machine != "x86_64" else (
@@ -68,11 +82,7 @@ def torch_kernel_findings(target: TargetFacts, gpus: Iterable[Gpu], os_name: str
                            force=True) if newest else
                "Install a torch build for this GPU (see https://pytorch.org/get-started/), or "
                "use a GPU this torch serves.")
-    variant_now = variant_of(build, torch.version) if machine == "x86_64" else None
-    covers = (f" (its kernels: sm{', sm'.join(a.replace('.', '') for a in variant_now.archs)})"
-              if variant_now else "")
-    return [finding("SD144", "error", f"torch {build.label} (CUDA {build.cuda}){covers} has no "
-                    f"kernels for {gpu_label(g)}", fix) for g in lacking]
+    return fix
 
 
 def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
@@ -88,7 +98,7 @@ def check_torch(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
     if build.kind == "cpu":
         if nvidia:
             ccs = [g.compute_capability for g in nvidia if g.compute_capability]
-            variant = (pick_variant(torch.version, ccs, _driver_majors(
+            variant = (pick_variant(torch.version, ccs, driver_majors(
                 gpu.driver_version if gpu else None, os_name)) or pick_variant(
                     torch.version, ccs))
             fix = (torch_fix(target, os_name, f"torch=={public_text}", variant.index_url,

@@ -31,24 +31,7 @@ def check_toolchain(tool: ToolchainFacts, target: TargetFacts | None, gpu: GpuFa
         return [finding("SD170", "ok", "not needed: Windows installs use prebuilt wheels")]
     severity = "warn" if needs_build else "info"
     why = " (a source build is needed)" if needs_build else " (needed only to build from source)"
-    out: list[Finding] = []
-    if tool.nvcc_path is None or tool.nvcc_version is None:
-        out.append(finding("SD171", severity, "no nvcc under CUDA_HOME, CUDA_PATH, PATH or "
-                           f"/usr/local/cuda{why}"))
-    else:
-        nvcc = parse_version(tool.nvcc_version)
-        for g in usable_gpus(gpu.nvidia if gpu else (), os_name):
-            need = index.min_nvcc_for(g.compute_capability or "")
-            if nvcc is not None and nvcc < Version(need):
-                out.append(finding("SD172", severity, f"nvcc {tool.nvcc_version} < {need}, "
-                                   f"needed for {gpu_label(g)}{why}"))
-        torch = target.torch if target else None
-        if torch is not None and nvcc is not None:
-            tb = torch_build_of(torch)
-            if tb.cuda_major is not None and tb.cuda_major != nvcc.release[0]:
-                out.append(finding("SD173", severity, f"nvcc {tool.nvcc_version} (CUDA "
-                                   f"{nvcc.release[0]}) vs torch {tb.label} (CUDA {tb.cuda})"
-                                   f"{why}"))
+    out = _nvcc_findings(tool, target, gpu, os_name, index, severity, why)
     if tool.cuda_home_rejected:
         from_env = any("(from CUDA_HOME)" in r or "(from CUDA_PATH)" in r
                        for r in tool.cuda_home_rejected)
@@ -76,4 +59,27 @@ def check_toolchain(tool: ToolchainFacts, target: TargetFacts | None, gpu: GpuFa
              f"ninja {tool.ninja_version}" if tool.ninja_version else "no ninja"]
     home = f" (CUDA_HOME {tool.cuda_home})" if tool.cuda_home else ""
     out.insert(0, finding("SD170", "ok", ", ".join(parts) + home))
+    return out
+
+
+def _nvcc_findings(tool: ToolchainFacts, target: TargetFacts | None, gpu: GpuFacts | None,
+                   os_name: str, index: WheelIndex, severity: str, why: str) -> list[Finding]:
+    """nvcc missing, too old for a GPU, or of another CUDA major than torch's."""
+    if tool.nvcc_path is None or tool.nvcc_version is None:
+        return [finding("SD171", severity, "no nvcc under CUDA_HOME, CUDA_PATH, PATH or "
+                        f"/usr/local/cuda{why}")]
+    out: list[Finding] = []
+    nvcc = parse_version(tool.nvcc_version)
+    for g in usable_gpus(gpu.nvidia if gpu else (), os_name):
+        need = index.min_nvcc_for(g.compute_capability or "")
+        if nvcc is not None and nvcc < Version(need):
+            out.append(finding("SD172", severity, f"nvcc {tool.nvcc_version} < {need}, "
+                               f"needed for {gpu_label(g)}{why}"))
+    torch = target.torch if target else None
+    if torch is not None and nvcc is not None:
+        tb = torch_build_of(torch)
+        if tb.cuda_major is not None and tb.cuda_major != nvcc.release[0]:
+            out.append(finding("SD173", severity, f"nvcc {tool.nvcc_version} (CUDA "
+                               f"{nvcc.release[0]}) vs torch {tb.label} (CUDA {tb.cuda})"
+                               f"{why}"))
     return out

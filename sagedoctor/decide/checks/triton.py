@@ -82,15 +82,8 @@ def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
         out.append(finding("SD153", "error", f"triton {target.triton} is installed",
                            _plain_triton_fix(target, req)))
     if torch is None or not cuda:
-        what = ("no torch installed" if torch is None
-                else f"torch {torch_build_of(torch).label} is not a CUDA build")
-        if torch is not None and req is not None and req.spec is not None \
-                and target.triton_windows and not req.satisfied_by(target.triton_windows):
-            pip = installer_command(target, os_name, "install")
-            out.append(finding("SD152", "error", f"torch {torch.version} needs "
-                               f"{req.requirement}; you have {req.package} "
-                               f"{target.triton_windows}", f'{pip} "{req.requirement}"'))
-        return [finding("SD150", "info", f"not matched: {what}"), *out]
+        info, mismatch = _not_matched(target, os_name, req)
+        return [info, *out, *mismatch]
     req, problems = triton_problems(target, gpus, os_name, triton_rules)
     out += problems
     if any(f.code == "SD151" for f in problems):
@@ -105,6 +98,23 @@ def check_triton(target: TargetFacts, gpu: GpuFacts | None, os_name: str,
         note = ""
     out.insert(0, finding("SD150", "ok", f"{package} {have_text or 'not installed'}{note}"))
     return out
+
+
+def _not_matched(target: TargetFacts, os_name: str, req: TritonRequirement | None
+                 ) -> tuple[Finding, list[Finding]]:
+    """No CUDA torch to match a Triton to; on Windows the pairing with torch's minor holds
+    whatever the build, so a triton-windows that breaks it is said now."""
+    torch = target.torch
+    what = ("no torch installed" if torch is None
+            else f"torch {torch_build_of(torch).label} is not a CUDA build")
+    info = finding("SD150", "info", f"not matched: {what}")
+    if torch is not None and req is not None and req.spec is not None \
+            and target.triton_windows and not req.satisfied_by(target.triton_windows):
+        pip = installer_command(target, os_name, "install")
+        return info, [finding("SD152", "error", f"torch {torch.version} needs "
+                              f"{req.requirement}; you have {req.package} "
+                              f"{target.triton_windows}", f'{pip} "{req.requirement}"')]
+    return info, []
 
 
 def _plain_triton_fix(target: TargetFacts, req: TritonRequirement | None) -> str:

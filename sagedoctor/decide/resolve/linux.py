@@ -113,8 +113,34 @@ def resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: li
             f"{gpu_label(g)}: upstream builds no kernels for it" for g in gpus)
             or "no NVIDIA GPU")]
     blockers = _toolchain_blockers(facts, index, archs, build.cuda_major)
+    blockers += _cxx_blockers(facts, *cxx_standard_for(target.torch))
+    build_step = _build_step(facts, target, index, gpus, archs, options)
+    linux_index = (_matching_linux_index(index, target.torch.version, build.cuda or "",
+                                         cc_list(gpus), notes)
+                   if options.use_linux_indexes and not options.source_dir and not wrong
+                   else None)
+    if linux_index is not None:
+        version = linux_index.version_for(target.torch.version)
+        fallback = ("; if it is not reachable, build from source as below" if not blockers
+                    else "; no source build possible here, so this is the only way")
+        steps.append(Step(
+            "install-from-index", f"Install sageattention=={version} from {linux_index.name}",
+            f"{linux_index.name} builds for CUDA {linux_index.cuda} and torch "
+            f"{spec_text(linux_index.torch)} (third-party, checked by the self-test){fallback}",
+            distributions=("sageattention",), requirement=f"sageattention=={version}",
+            index_url=linux_index.url, build=None if blockers else build_step.build))
+        return steps, notes, []
+    if blockers:
+        return steps, notes, blockers
+    steps.append(build_step)
+    return steps, notes, []
+
+
+def _build_step(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: list[Gpu],
+                archs: list[str], options: ResolveOptions) -> Step:
+    """The source build of the pinned commit for these archs, sized for this machine."""
+    assert target.torch is not None and facts.system is not None
     standard, standard_why = cxx_standard_for(target.torch)
-    blockers += _cxx_blockers(facts, standard, standard_why)
     system = facts.system
     jobs, ext, threads, parallel_why = build_parallelism(
         system.cpu_count, system.memory_gib, len(archs), index.build.gib_per_nvcc_thread,
@@ -129,12 +155,7 @@ def resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: li
         cxx_standard=standard if standard > 17 else None)
     arch_why = (f"TORCH_CUDA_ARCH_LIST={settings.arch_list}: "
                 + ", ".join(gpu_label(g) for g in gpus if g.compute_capability in archs))
-    if options.source_dir:
-        origin = f"your source folder {options.source_dir}"
-    else:
-        rejected = "; ".join(f"not {r.ref}: {r.reason}" for r in index.build.rejected)
-        origin = (f"upstream {index.build.repository} at {index.build.commit[:7]}"
-                  + (f" ({rejected})" if rejected else ""))
+    origin = _origin(index, options)
     cxx_why = (f". C++{standard} ({standard_why}): the build's copy of setup.py gets -std=c++"
                f"{standard}" if settings.cxx_standard else "")
     build_reason = (f"no Linux wheel from the fork; build {origin}. {arch_why}. {parallel_why}. "
@@ -142,25 +163,13 @@ def resolve_linux(facts: Facts, target: TargetFacts, index: WheelIndex, gpus: li
     replaces = (f"; replaces {target.sageattention.version}"
                 if target.sageattention is not None and target.sageattention.version[:1] == "2"
                 else "")
-    build_step = Step("build-from-source", "Build SageAttention from source and install it",
-                      build_reason + replaces, distributions=("sageattention",),
-                      build=settings)
-    linux_index = (_matching_linux_index(index, target.torch.version, build.cuda or "",
-                                         cc_list(gpus), notes)
-                   if options.use_linux_indexes and not options.source_dir and not wrong
-                   else None)
-    if linux_index is not None:
-        version = linux_index.version_for(target.torch.version)
-        fallback = ("; if it is not reachable, build from source as below" if not blockers
-                    else "; no source build possible here, so this is the only way")
-        steps.append(Step(
-            "install-from-index", f"Install sageattention=={version} from {linux_index.name}",
-            f"{linux_index.name} builds for CUDA {linux_index.cuda} and torch "
-            f"{spec_text(linux_index.torch)} (third-party, checked by the self-test){fallback}",
-            distributions=("sageattention",), requirement=f"sageattention=={version}",
-            index_url=linux_index.url, build=None if blockers else settings))
-        return steps, notes, []
-    if blockers:
-        return steps, notes, blockers
-    steps.append(build_step)
-    return steps, notes, []
+    return Step("build-from-source", "Build SageAttention from source and install it",
+                build_reason + replaces, distributions=("sageattention",), build=settings)
+
+
+def _origin(index: WheelIndex, options: ResolveOptions) -> str:
+    if options.source_dir:
+        return f"your source folder {options.source_dir}"
+    rejected = "; ".join(f"not {r.ref}: {r.reason}" for r in index.build.rejected)
+    return (f"upstream {index.build.repository} at {index.build.commit[:7]}"
+            + (f" ({rejected})" if rejected else ""))

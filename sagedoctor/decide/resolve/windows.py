@@ -85,41 +85,14 @@ def resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
                      gpus: list[Gpu], rebuild: bool = False
                      ) -> tuple[list[Step], list[str], list[Finding]]:
     assert target.torch is not None
-    steps: list[Step] = []
-    notes: list[str] = []
     build = torch_build_of(target.torch)
     torch_label = build.label
     if build.cuda is None:
         return [], [], [finding("SD201", "error", f"torch {torch_label}: CUDA version unknown")]
 
-    # Triton: plain `triton` and triton-windows share the module folder `triton/`.
-    triton_rules = index.triton
-    plain_triton = target.triton is not None
-    if plain_triton:
-        steps.append(Step(
-            "uninstall", f"Uninstall triton {target.triton}",
-            "plain `triton` has no Windows support and shadows triton-windows",
-            distributions=("triton",)))
-    # The same requirement `check` names in its fix (diagnose.triton_problems).
-    req, problems = triton_problems(target, gpus, "windows", triton_rules)
-    if req is None or (req.blocked and req.blocked_code == "SD202"):
-        return steps, notes, [finding(
-            "SD202", "error", f"torch {torch_label}: no triton-windows pairing in {index.source}")]
-    if req.blocked or req.spec is None:
-        return steps, notes, [f for f in problems if f.code in ("SD146", "SD147")]
-    for g in req.turing_left_out:
-        notes.append(f"{gpu_label(g)} cannot run Triton {spec_text(req.spec)} (Triton dropped "
-                     "Turing in 3.3): it stays on PyTorch attention")
-    requirement = req.requirement or ""
-    have = target.triton_windows
-    if not req.satisfied_by(have) or plain_triton:
-        why = ("; reinstalled because removing triton deletes its files" if plain_triton
-               and have else "")
-        now = f"you have {have}" if have else "none installed"
-        steps.append(Step("install", f"Install {requirement}",
-                          f"{req.reason} ({now}){why}",
-                          distributions=(triton_rules.windows_package,),
-                          requirement=requirement))
+    steps, notes, stop = _triton_steps(target, index, gpus, torch_label)
+    if stop is not None:
+        return steps, notes, stop
 
     # SageAttention: one wheel from the fork's releases, installed with --no-deps.
     wheel, why_not = _pick_windows_wheel(index, target, build.cuda, gpus)
@@ -149,6 +122,43 @@ def resolve_windows(facts: Facts, target: TargetFacts, index: WheelIndex,
         distributions=("sageattention",),
         wheel=WheelDownload(wheel.file, wheel.url, wheel.sha256, wheel.sha256_source)))
     return steps, notes, []
+
+
+def _triton_steps(target: TargetFacts, index: WheelIndex, gpus: list[Gpu], torch_label: str
+                  ) -> tuple[list[Step], list[str], list[Finding] | None]:
+    """triton-windows for this torch (plain `triton` out first); a list (the blockers, maybe
+    none) where the plan stops here, None where SageAttention's steps follow."""
+    steps: list[Step] = []
+    notes: list[str] = []
+    # Triton: plain `triton` and triton-windows share the module folder `triton/`.
+    triton_rules = index.triton
+    plain_triton = target.triton is not None
+    if plain_triton:
+        steps.append(Step(
+            "uninstall", f"Uninstall triton {target.triton}",
+            "plain `triton` has no Windows support and shadows triton-windows",
+            distributions=("triton",)))
+    # The same requirement `check` names in its fix (diagnose.triton_problems).
+    req, problems = triton_problems(target, gpus, "windows", triton_rules)
+    if req is None or (req.blocked and req.blocked_code == "SD202"):
+        return steps, notes, [finding(
+            "SD202", "error", f"torch {torch_label}: no triton-windows pairing in {index.source}")]
+    if req.blocked or req.spec is None:
+        return steps, notes, [f for f in problems if f.code in ("SD146", "SD147")]
+    for g in req.turing_left_out:
+        notes.append(f"{gpu_label(g)} cannot run Triton {spec_text(req.spec)} (Triton dropped "
+                     "Turing in 3.3): it stays on PyTorch attention")
+    requirement = req.requirement or ""
+    have = target.triton_windows
+    if not req.satisfied_by(have) or plain_triton:
+        why = ("; reinstalled because removing triton deletes its files" if plain_triton
+               and have else "")
+        now = f"you have {have}" if have else "none installed"
+        steps.append(Step("install", f"Install {requirement}",
+                          f"{req.reason} ({now}){why}",
+                          distributions=(triton_rules.windows_package,),
+                          requirement=requirement))
+    return steps, notes, None
 
 
 # The post6 `andhigher` wheels are reported working with torch 2.12 and 2.13 (DazzleML's
