@@ -81,6 +81,9 @@ class InvokeAIPackageFacts:
     version: str
     attention_backend_supported: bool | None  # None: config class not found
     attention_backend_choices: tuple[str, ...] = ()
+    # Why the choices could not be read from its source (an enum, a type from another
+    # module): the plan then writes nothing, and check says so (SD189).
+    attention_backend_unread: str | None = None
 
 
 @dataclass(frozen=True)

@@ -479,6 +479,9 @@ def choose_route(target: TargetFacts) -> Route:
     choice = next((c for c in package.attention_backend_choices if "sage" in c.lower()), None)
     if package.attention_backend_supported and choice:
         return Route("setting", choice, f"InvokeAI {package.version} has an {KEY} setting")
+    if package.attention_backend_unread is not None:
+        return Route("hook", None, f"InvokeAI {package.version} declares {KEY}, but "
+                     f"{package.attention_backend_unread}")
     return Route("hook", None, f"InvokeAI {package.version} has no {KEY} setting")
 
 

@@ -267,6 +267,13 @@ _KINDS = [
                 "with `uv sync --inexact --frozen`) after the last verify: torch may have been "
                 "replaced.",
                 "`sagedoctor post-update --venv VENV`."),
+    FindingKind("SD189", "invokeai", "InvokeAI's attention_backend choices unreadable",
+                "This InvokeAI declares attention_backend, but its type names no choices "
+                "sagedoctor can read from the source (an enum, a type from another module): "
+                "the SageAttention value is not guessed, so nothing is written to "
+                "invokeai.yaml.",
+                "`sagedoctor enable` uses the venv start-up hook; or set the value by hand "
+                "from InvokeAI's docs."),
     FindingKind("SD220", "comfyui", "ComfyUI",
                 "The ComfyUI install: its layout, version, the Python it runs and whether it "
                 "has the --use-sage-attention flag.", ""),

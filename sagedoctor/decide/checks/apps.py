@@ -66,6 +66,9 @@ def check_invokeai(facts: Facts) -> list[Finding]:
         out.append(finding("SD185", "warn", f"{inv.config_path} sets attention_type: sliced"))
     out += launcher_update_findings(inv, facts.verification,
                                     facts.system.os if facts.system else "linux")
+    if package is not None and package.attention_backend_unread is not None:
+        out.append(finding("SD189", "warn", f"InvokeAI {package.version}: attention_backend "
+                           f"is declared, but {package.attention_backend_unread}"))
     if package is not None and package.attention_backend_supported is False:
         out.append(finding("SD182", "info", f"InvokeAI {package.version}"))
         if inv.attention_backend is not None:

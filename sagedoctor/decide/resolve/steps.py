@@ -108,6 +108,11 @@ def final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
                     f"InvokeAI {package.version} has an attention_backend setting",
                     paths=(inv.config_path,) if inv.config_path else (),
                     config=(("attention_backend", choice),)))
+        elif package.attention_backend_unread is not None:
+            notes.append(f"InvokeAI {package.version} declares attention_backend, but "
+                         f"{package.attention_backend_unread}: nothing is written to "
+                         "invokeai.yaml; `sagedoctor enable` turns the runtime on through a "
+                         "start-up hook")
         else:
             notes.append(f"InvokeAI {package.version} has no attention_backend setting: "
                          "`sagedoctor enable` turns the runtime on through a start-up hook")
