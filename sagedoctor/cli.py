@@ -147,6 +147,13 @@ def _route_options(p: argparse.ArgumentParser) -> None:
                    help="tracebacks of sagedoctor's own errors")
 
 
+def _use_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--use", choices=("app", "sagedoctor"),
+                   help="which switch routes an app that has its own (InvokeAI's "
+                        "attention_backend): the app's, or sagedoctor's start-up hook "
+                        "(default: the better one for this machine, said why)")
+
+
 def _fetch_options(p: argparse.ArgumentParser) -> None:
     """How downloads are made: install and post-update."""
     p.add_argument("--offline", action="store_true",
@@ -184,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--facts", type=Path, metavar="FILE",
                        help="plan for a saved `check --json` file instead of this machine")
         _route_options(p)
+        _use_option(p)
         p.add_argument("--json", action="store_true", help="write the plan as JSON")
 
     plan = sub.add_parser("plan", help="show what `install` would do, and why",
@@ -281,7 +289,8 @@ def _plan_options(args: argparse.Namespace) -> PlanOptions:
     return PlanOptions(venv=args.venv, python=args.python, root=args.root,
                        comfyui=args.comfyui,
                        facts_file=args.facts, index_file=args.index, source_dir=args.source,
-                       use_linux_indexes=not args.no_wheel_index, as_json=args.json)
+                       use_linux_indexes=not args.no_wheel_index, as_json=args.json,
+                       use=args.use)
 
 
 def _inspect_target(args: argparse.Namespace) -> TargetFacts:

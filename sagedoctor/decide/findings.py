@@ -361,6 +361,13 @@ _KINDS = [
                 "This InvokeAI has an attention_backend setting with a SageAttention choice, "
                 "and invokeai.yaml does not select it: `sagedoctor install` sets it.",
                 "`sagedoctor install --venv VENV`."),
+    FindingKind("SD194", "invokeai", "Which switch routes InvokeAI",
+                "InvokeAI has a SageAttention switch of its own (attention_backend) and "
+                "sagedoctor has its start-up hook: one router at a time. While InvokeAI's is "
+                "on, the hook stands aside. The better one here: InvokeAI's where its kernel "
+                "table serves every GPU, sagedoctor's where it has none (sm75, sm87, sm103, "
+                "sm110) and InvokeAI would stay on SDPA.",
+                "`sagedoctor plan` says which it sets up; `--use app|sagedoctor` overrides."),
     FindingKind("SD195", "invokeai", "invokeai.yaml not writable",
                 "The install's edit step writes invokeai.yaml atomically beside a backup: the "
                 "file and its folder must be writable by this user. Found before any download.",

@@ -305,6 +305,28 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "windows-invokeai-backend-not-set": (WIN_4090, {"target": {"runtime": RUNTIME, "invokeai": {
         "version": "6.15.0", "attention_backend_supported": True,
         "attention_backend_choices": ["auto", "torch-sdp", "sage"]}}}),
+    # InvokeAI's own scope has no kernel for sm75 or sm87 (facts/apps.md): the plan never
+    # writes attention_backend: sage there, and check warns where it is already on (issue 36).
+    "windows-rtx2080-invokeai-switch": (WIN_4090, {"schema_version": 2,
+        "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 2080 SUPER", "7.5", 8192)]},
+        "target": {"torch": {"version": "2.5.1+cu124", "full_version": "2.5.1+cu124",
+                             "cuda": "12.4", "triton_pin": "==3.1.0", "cxx_standard": 17},
+                   "triton_windows": "3.3.1.post21", "sageattention": None, "invokeai": {
+            "version": "6.15.0", "attention_backend_supported": True,
+            "attention_backend_choices": ["auto", "torch-sdp", "sage"]}}}),
+    "linux-orin-invokeai-switch-on": (LINUX_H200, {
+        "system": {"machine": "arm64"},
+        "gpu": {"gpus": [gpu(0, "Orin (nvgpu)", "8.7", None)], "driver_version": "540.4.0"},
+        "target": {"torch": {"version": "2.5.0a0+872d972e41.nv24.08",
+                             "full_version": "2.5.0a0+872d972e41.nv24.08", "cuda": "12.6"},
+                   "triton": "3.1.0",
+                   "invokeai": {"version": "6.15.0", "attention_backend_supported": True,
+                                "attention_backend_choices": ["auto", "torch-sdp", "sage"]}},
+        "toolchain": {"nvcc_version": "12.6.68"},
+        "invokeai": {"root": "/home/ana/invokeai", "root_source": "INVOKEAI_ROOT",
+                     "installed": True, "venv": "/home/ana/invokeai/.venv",
+                     "config_path": "/home/ana/invokeai/invokeai.yaml", "config_exists": True,
+                     "schema_version": "4.0.3", "attention_backend": "sage"}}),
     # `--root` names an empty folder: the edit would create an invokeai.yaml InvokeAI never reads
     "windows-invokeai-root-not-a-root": (WIN_4090, {
         "target": {"runtime": RUNTIME, "invokeai": {

@@ -12,12 +12,14 @@ from ...facts import (
     TargetFacts,
     VerificationFacts,
 )
+from ..app_switch import choose_invokeai_switch
 from ..findings import Finding, finding
 from ..fixes import (
     quote,
     quoted_prefix,
 )
 from ..requirements import (
+    invokeai_sage_choice,
     invokeai_switch_pending,
     verification_is_current,
 )
@@ -62,6 +64,7 @@ def check_invokeai(facts: Facts) -> list[Finding]:
         out.append(finding("SD193", "error", f"{inv.config_path or 'invokeai.yaml'} does not "
                            f"set attention_backend: {pending}",
                            f"sagedoctor install --venv {quoted_prefix(facts.target, os_name)}"))
+    out += switch_findings(facts)
     if inv.attention_type == "sliced":
         out.append(finding("SD185", "warn", f"{inv.config_path} sets attention_type: sliced"))
     out += launcher_update_findings(inv, facts.verification,
@@ -76,6 +79,31 @@ def check_invokeai(facts: Facts) -> list[Finding]:
                                f"{inv.config_path} sets attention_backend: "
                                f"{inv.attention_backend}"))
     return out
+
+
+def switch_findings(facts: Facts, use: str | None = None) -> list[Finding]:
+    """SD194: InvokeAI's own switch and sagedoctor's hook side by side, which one serves, and
+    which is the better one here (a warning where InvokeAI's is on but serves no GPU)."""
+    inv, sage = facts.invokeai, invokeai_sage_choice(facts)
+    if inv is None or sage is None:
+        return []
+    switch = choose_invokeai_switch(facts, use)
+    app_on = inv.attention_backend == sage
+    hooked = facts.verification is not None and facts.verification.hooked
+    aside = "; the hook stands aside" if hooked else ""
+    if app_on and not switch.app_serves:
+        serves = f"InvokeAI's own switch is on but has no kernel here: SDPA serves{aside}"
+    elif app_on:
+        serves = f"InvokeAI's own switch serves{aside}"
+    else:
+        serves = "sagedoctor's hook serves" if hooked else "neither is on"
+    better = "InvokeAI's own switch" if switch.use == "app" else "sagedoctor's hook"
+    detail = (f"attention_backend: {inv.attention_backend or 'not set'}, start-up hook "
+              f"{'on' if hooked else 'off'}: {serves}. Better here: {better}: {switch.why}")
+    wrong = app_on and not switch.app_serves
+    fix = ("set attention_backend: auto in invokeai.yaml and run `sagedoctor enable`"
+           if wrong else None)
+    return [finding("SD194", "warn" if wrong else "info", detail, fix)]
 
 
 def runs_comfyui(comfy: ComfyUIFacts, target: TargetFacts | None, os_name: str) -> bool:

@@ -11,6 +11,7 @@ from packaging.version import Version
 from ... import __version__
 from ...facts import Facts, Gpu, TargetFacts
 from ...plan import Step
+from ..app_switch import choose_invokeai_switch
 from ..matrix import required_sage_modules
 from ..requirements import (
     describe_pending,
@@ -35,6 +36,8 @@ class ResolveOptions:
     source_dir: str | None = None  # build this folder instead of the pinned commit (Linux)
     use_linux_indexes: bool = True
     enable_invokeai: bool = True
+    # --use app|sagedoctor: which switch routes an app that has its own (None: the better one)
+    use: str | None = None
     runtime_version: str = __version__
     # post-update: the installed build stopped working (it no longer imports after a torch
     # change), so it is replaced even where its files look complete.
@@ -100,14 +103,23 @@ def final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
     package = target.invokeai
     inv = facts.invokeai
     if options.enable_invokeai and package is not None and inv is not None:
-        choice = invokeai_switch_pending(facts)
-        if invokeai_sage_choice(facts) is not None:
+        choice = invokeai_switch_pending(facts, options.use)
+        sage = invokeai_sage_choice(facts)
+        if sage is not None:
+            switch = choose_invokeai_switch(facts, options.use)
             if choice is not None:
                 steps.append(Step(
                     "enable-invokeai", f"Set attention_backend: {choice} in invokeai.yaml",
-                    f"InvokeAI {package.version} has an attention_backend setting",
+                    f"InvokeAI {package.version} has an attention_backend setting; "
+                    f"{switch.why}",
                     paths=(inv.config_path,) if inv.config_path else (),
                     config=(("attention_backend", choice),)))
+            elif switch.use == "sagedoctor":
+                on = (f"; {inv.config_path} sets attention_backend: {sage} now, and the hook "
+                      "stands aside while it does: set it to auto"
+                      if inv.attention_backend == sage else "")
+                notes.append(f"InvokeAI {package.version}: attention_backend: {sage} is not "
+                             f"written: {switch.why}{on}; `sagedoctor enable` turns the hook on")
         elif package.attention_backend_unread is not None:
             notes.append(f"InvokeAI {package.version} declares attention_backend, but "
                          f"{package.attention_backend_unread}: nothing is written to "

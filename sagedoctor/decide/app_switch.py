@@ -1,0 +1,84 @@
+"""Which switch routes attention to SageAttention for an app: the app's own (InvokeAI's
+`attention_backend`) or sagedoctor's start-up hook. One router at a time, the better one for
+this machine, said why. Pure: facts in, a choice out.
+
+InvokeAI's scope (facts/apps.md, docs/invokeai.md) picks one kernel per GPU architecture by a
+fixed table and has none for sm75, sm87, sm103 and sm110: there it logs "unavailable" and stays
+on SDPA, so writing `attention_backend: sage` would do nothing at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..facts import Facts, Gpu
+from .versions import cc_tuple, parse_version
+
+USES = ("app", "sagedoctor")
+
+
+def invokeai_kernel(arch: str | None, torch_cuda: str | None) -> str | None:
+    """The kernel InvokeAI's own scope calls on a GPU of this compute capability; None where
+    its table has none (sm75, sm87, sm103, sm110, and anything it does not name)."""
+    cc = cc_tuple(arch)
+    if cc is None:
+        return None
+    if cc == (8, 0):
+        return "fp16 CUDA (fp32 accumulation)"
+    if cc == (8, 6):
+        return "fp16 Triton"
+    if cc == (8, 9):
+        cuda = parse_version(torch_cuda or "")
+        new = cuda is not None and cuda.release[:2] >= (12, 8)
+        return f"fp8 CUDA ({'fp32+fp16' if new else 'fp32+fp32'} accumulation)"
+    if cc[0] == 9:
+        return "sm90 fp8 (fp32+fp32 accumulation)"
+    if cc in ((10, 0), (12, 0), (12, 1)):
+        return "fp8 per-warp"
+    return None
+
+
+@dataclass(frozen=True)
+class SwitchChoice:
+    """Who routes this app's attention: its own switch ("app") or sagedoctor's hook."""
+
+    app: str  # "InvokeAI"
+    use: str  # one of USES
+    why: str
+    forced: bool = False  # the user chose it with --use
+    app_serves: bool = True  # the app's own kernel table covers every GPU here
+
+
+def _sm(gpu: Gpu) -> str:
+    cc = cc_tuple(gpu.compute_capability)
+    return f"sm{cc[0]}{cc[1]}" if cc else "an unknown architecture"
+
+
+def choose_invokeai_switch(facts: Facts, use: str | None = None) -> SwitchChoice:
+    """InvokeAI's own `attention_backend` where its kernel table serves every NVIDIA GPU here;
+    sagedoctor's hook where it has none for one of them. `use` ("app" | "sagedoctor", from
+    --use) overrides, and the reason says what the override costs."""
+    gpus = [g for g in (facts.gpu.gpus if facts.gpu else ()) if g.vendor == "nvidia"]
+    torch = facts.target.torch if facts.target else None
+    cuda = torch.cuda if torch else None
+    uncovered = [g for g in gpus if invokeai_kernel(g.compute_capability, cuda) is None]
+    if uncovered:
+        names = ", ".join(f"{g.name} ({_sm(g)})" for g in uncovered)
+        gap = (f"InvokeAI's own scope has no kernel for {names}: it logs 'unavailable' and "
+               "stays on SDPA")
+        if use == "app":
+            return SwitchChoice("InvokeAI", "app", f"--use app: {gap}, so nothing is faster "
+                                "there", forced=True, app_serves=False)
+        return SwitchChoice("InvokeAI", "sagedoctor", f"{gap}; sagedoctor's start-up hook "
+                            "routes instead", forced=use == "sagedoctor", app_serves=False)
+    if not gpus:
+        served = "no NVIDIA GPU is known here"
+    else:
+        served = "; ".join(f"{g.name} ({_sm(g)}) with its "
+                           f"{invokeai_kernel(g.compute_capability, cuda)} kernel" for g in gpus)
+    if use == "sagedoctor":
+        return SwitchChoice("InvokeAI", "sagedoctor", "--use sagedoctor: sagedoctor's start-up "
+                            f"hook routes instead of InvokeAI's own kernel table ({served})",
+                            forced=True)
+    return SwitchChoice("InvokeAI", "app", f"InvokeAI's own kernel table serves {served}",
+                        forced=use == "app")
