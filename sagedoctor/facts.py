@@ -161,6 +161,8 @@ class ComfyUIFacts:
     sage_flag_supported: bool | None = None  # comfy/cli_args.py declares --use-sage-attention
     # Where --use-sage-attention is switched on: a portable .bat file, Desktop's settings.
     sage_flag_in: tuple[str, ...] = ()
+    # Where --use-ck-attention (Comfy Kitchen's attention, exclusive with the above) is on.
+    ck_flag_in: tuple[str, ...] = ()
     launchers: tuple[str, ...] = ()  # the portable build's run_*.bat files
     pth_file: str | None = None  # an embedded Python's ._pth (it replaces sys.path)
     pth_imports_site: bool | None = None  # the ._pth has an `import site` line

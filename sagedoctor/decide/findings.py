@@ -391,6 +391,17 @@ _KINDS = [
                 "`verify`, `enable` and `post-update` refuse to arm the runtime until then.",
                 "`sagedoctor install --venv VENV` (it rolls the venv back first) or "
                 "`sagedoctor uninstall --venv VENV`."),
+    FindingKind("SD229", "comfyui", "Which switch routes ComfyUI",
+                "ComfyUI's own switches (--use-sage-attention: `sageattn()` for every unmasked "
+                "call, with no check; --use-ck-attention: Comfy Kitchen's INT8 attention) beside "
+                "sagedoctor's start-up hook: one router at a time, so the hook stands aside in "
+                "a ComfyUI started with --use-sage-attention.",
+                "Keep one: remove the flag from the launcher to let the hook route only where "
+                "verify proved a gain, or `sagedoctor disable` to keep the flag's."),
+    FindingKind("SD230", "comfyui", "Both --use-sage-attention and --use-ck-attention",
+                "A launcher passes both flags; ComfyUI declares them mutually exclusive, so it "
+                "does not start from that launcher.",
+                "Remove one of the two flags from the launcher."),
     FindingKind("SD190", "*", "Could not check",
                 "A probe failed or timed out; its areas were not checked.",
                 "Run with -v for details; the message names the failing step."),

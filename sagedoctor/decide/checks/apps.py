@@ -178,6 +178,7 @@ def check_comfyui(facts: Facts, os_name: str) -> list[Finding]:
         else:
             out.append(finding("SD225", "warn", f"{comfy.pth_file} has no `import site` line: "
                                "this Python never reads site-packages' .pth files"))
+    out += comfyui_switch_findings(facts, ours)
     where = ", ".join(comfy.sage_flag_in)
     if comfy.sage_flag_in and comfy.sage_flag_supported is False:
         # A warning: no install fixes a launcher, so an error would leave check and plan
@@ -205,6 +206,39 @@ def check_comfyui(facts: Facts, os_name: str) -> list[Finding]:
                 "this GPU at the shapes it measured: the flag makes attention slower",
                 f"remove {SAGE_FLAG} from {where}; `sagedoctor enable --comfyui {folder}` "
                 "routes only where verify proved a gain"))
+    return out
+
+
+CK_FLAG = "--use-ck-attention"
+
+
+def comfyui_switch_findings(facts: Facts, ours: bool) -> list[Finding]:
+    """SD230 where one launcher passes both flags; SD229: ComfyUI's own switches beside
+    sagedoctor's hook (for the ComfyUI whose Python was inspected), and which one serves."""
+    comfy = facts.comfyui
+    if comfy is None:
+        return []
+    out = []
+    both = [name for name in comfy.sage_flag_in if name in comfy.ck_flag_in]
+    if both:
+        out.append(finding("SD230", "error", f"{', '.join(both)} passes both {SAGE_FLAG} and "
+                           f"{CK_FLAG}"))
+    hooked = facts.verification is not None and facts.verification.hooked
+    if not ours or not (comfy.sage_flag_in or comfy.ck_flag_in or hooked):
+        return out
+    parts = []
+    if comfy.sage_flag_in:
+        parts.append(f"{SAGE_FLAG} ({', '.join(comfy.sage_flag_in)}) serves: `sageattn()` for "
+                     "every unmasked call, no check" + ("; the start-up hook stands aside "
+                                                         "there" if hooked else ""))
+    if comfy.ck_flag_in:
+        parts.append(f"{CK_FLAG} ({', '.join(comfy.ck_flag_in)}): Comfy Kitchen's INT8 "
+                     "attention serves ComfyUI's own attention calls, not SageAttention")
+    if not comfy.sage_flag_in:
+        parts.append("sagedoctor's start-up hook " + (
+            "serves (it routes only where verify proved a gain)" if hooked else "is off"))
+    fix = None if hooked and comfy.sage_flag_in else ""
+    out.append(finding("SD229", "info", "; ".join(parts), fix))
     return out
 
 
