@@ -33,6 +33,9 @@ class SystemFacts:
     wsl: bool
     cpu_count: int
     memory_gib: float | None
+    # DIFFUSERS_ATTN_BACKEND in the environment check ran in (diffusers' own switch; an app
+    # started from the same shell inherits it); absent from older reports.
+    diffusers_attn_backend: str | None = None
 
 
 @dataclass(frozen=True)

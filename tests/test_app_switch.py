@@ -118,3 +118,31 @@ def test_the_tui_line_and_its_switch_take_the_hook_where_invokeai_has_no_kernel(
     line = state_line(facts.target, facts.invokeai, facts)
     assert line.startswith("InvokeAI 6.15.0: start-up hook off (InvokeAI's own scope has no "
                            "kernel for NVIDIA GeForce RTX 2080 SUPER (sm75)")
+
+
+def test_diffusers_backend_is_read_from_the_environment_and_noted() -> None:
+    from sagedoctor.decide.checks.apps import check_diffusers
+    from sagedoctor.probe.system import diffusers_backend, probe_system
+
+    assert diffusers_backend({}) is None
+    assert diffusers_backend({"DIFFUSERS_ATTN_BACKEND": " sage_hub "}) == "sage_hub"
+    assert diffusers_backend({"DIFFUSERS_ATTN_BACKEND": "sage\x1b[2J; rm"}) == \
+        "(a value that is no backend name)"
+    seen = probe_system(env={"DIFFUSERS_ATTN_BACKEND": "_sage_qk_int8_pv_fp8_cuda"})
+    assert seen.diffusers_attn_backend == "_sage_qk_int8_pv_fp8_cuda"
+
+    facts = profile("windows-invokeai-backend-not-set")
+    assert facts.system is not None and check_diffusers(facts) == []
+    sage = replace(facts, system=replace(facts.system, diffusers_attn_backend="sage"))
+    [note] = check_diffusers(sage)
+    assert note.code == "SD155" and "SageAttention itself (sage)" in note.detail
+    assert note.detail.endswith("start-up hook is off")
+    from sagedoctor.facts import VerificationFacts
+
+    hooked = replace(sage, verification=VerificationFacts("verified", "routing", hooked=True))
+    assert check_diffusers(hooked)[0].detail.endswith("stands aside in processes started "
+                                                      "with it")
+    native = replace(hooked, system=replace(facts.system, diffusers_attn_backend="flash"))
+    assert check_diffusers(native)[0].detail == ("DIFFUSERS_ATTN_BACKEND=flash: diffusers uses "
+                                                 "its flash backend; sagedoctor's start-up "
+                                                 "hook routes what reaches SDPA")

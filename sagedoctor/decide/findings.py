@@ -157,6 +157,13 @@ _KINDS = [
                 "triton-windows below 3.3.",
                 "Install the triton-windows the fix line names: torch's pairing, which is below "
                 "3.3 for these torch versions."),
+    FindingKind("SD155", "sageattention", "DIFFUSERS_ATTN_BACKEND is set",
+                "diffusers (0.40+) picks its attention backend from DIFFUSERS_ATTN_BACKEND: "
+                "a sage* backend calls SageAttention itself for models on its dispatcher, with "
+                "no first-call check (a mask raises); sagedoctor's start-up hook stands aside "
+                "in a process started with it (one router at a time).",
+                "Unset it to let the hook route only where verify proved a gain, or keep it "
+                "and leave the hook off; in a script, `sage_scope()` routes one block."),
     FindingKind("SD160", "sageattention", "SageAttention", "The installed SageAttention.", ""),
     FindingKind("SD161", "sageattention", "SageAttention not installed",
                 "SageAttention 2 is not in the target environment.",

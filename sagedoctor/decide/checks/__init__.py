@@ -12,7 +12,13 @@ from ... import __version__
 from ...facts import Facts, TargetFacts
 from ...index import WheelIndex, shipped_index
 from ..findings import AREAS, Finding, finding
-from .apps import check_comfyui, check_invokeai, for_comfyui_target, runs_comfyui
+from .apps import (
+    check_comfyui,
+    check_diffusers,
+    check_invokeai,
+    for_comfyui_target,
+    runs_comfyui,
+)
 from .gpu import check_gpu
 from .python import check_interrupted, check_python
 from .pytorch import check_torch
@@ -77,6 +83,7 @@ CHECKS: tuple[Check, ...] = (
     Check("sageattention", _for_target(lambda t, c: check_sageattention(
         t, c.facts.gpu, c.os_name, c.index, c.runtime_version))),
     Check("sageattention", _for_target(lambda t, c: check_verification(c.facts, c.os_name))),
+    Check("sageattention", lambda c: check_diffusers(c.facts)),
     Check("toolchain", _toolchain),  # after sageattention: whether a build is needed
     Check("invokeai", lambda c: check_invokeai(c.facts)),
     Check("comfyui", lambda c: check_comfyui(c.facts, c.os_name)),

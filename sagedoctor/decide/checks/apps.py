@@ -106,6 +106,24 @@ def switch_findings(facts: Facts, use: str | None = None) -> list[Finding]:
     return [finding("SD194", "warn" if wrong else "info", detail, fix)]
 
 
+def check_diffusers(facts: Facts) -> list[Finding]:
+    """SD155: diffusers' own switch, as the shell check ran in has it, beside the hook."""
+    backend = facts.system.diffusers_attn_backend if facts.system else None
+    if backend is None:
+        return []
+    hooked = facts.verification is not None and facts.verification.hooked
+    sage = backend.lstrip("_").lower().startswith("sage")
+    if sage:
+        serves = (f"diffusers calls SageAttention itself ({backend}) for models on its "
+                  "dispatcher, with no check; sagedoctor's start-up hook "
+                  + ("stands aside in processes started with it" if hooked else "is off"))
+    else:
+        serves = (f"diffusers uses its {backend} backend; sagedoctor's start-up hook "
+                  + ("routes what reaches SDPA" if hooked else "is off"))
+    return [finding("SD155", "info", f"DIFFUSERS_ATTN_BACKEND={backend}: {serves}",
+                    None if sage else "")]
+
+
 def runs_comfyui(comfy: ComfyUIFacts, target: TargetFacts | None, os_name: str) -> bool:
     """Whether the inspected target is the Python this ComfyUI runs."""
     if target is None or comfy.python is None:
