@@ -180,6 +180,22 @@ class ProbeFailure:
 
 
 @dataclass(frozen=True)
+class AppShapeSpeed:
+    """What verify stored for one app shape on one GPU (calibration.json): the kernel it
+    measured there against SDPA, and whether the router sends that shape to it."""
+
+    gpu: str  # the GPU's UUID ("GPU-...") or name|arch|index
+    name: str
+    arch: str
+    shape: str  # "SDXL 1024x1024", as verify names it
+    head_dim: int
+    tokens: int
+    kernel: str
+    speedup: float  # kernel time / SDPA time, inverted: above 1 is faster
+    route: bool
+
+
+@dataclass(frozen=True)
 class WrongKernel:
     """A GPU on which `sagedoctor verify` found `sageattn()` itself returning wrong output."""
 
@@ -208,6 +224,9 @@ class VerificationFacts:
     # A passing record whose venv copy (what the hook arms from) is missing, unreadable or of
     # another verify: the hook keeps SageAttention off whatever the user-state copy says.
     arming_problem: str | None = None
+    # verify's measurements at the apps' shapes (SDXL, FLUX...): what an app's fixed rule
+    # would meet here. Absent from older reports.
+    app_shapes: tuple[AppShapeSpeed, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -146,3 +146,81 @@ def test_diffusers_backend_is_read_from_the_environment_and_noted() -> None:
     assert check_diffusers(native)[0].detail == ("DIFFUSERS_ATTN_BACKEND=flash: diffusers uses "
                                                  "its flash backend; sagedoctor's start-up "
                                                  "hook routes what reaches SDPA")
+
+
+# --- verify's measurements at InvokeAI's shapes against its fixed rule ----------------------
+
+def test_invokeai_rule_is_its_published_thresholds() -> None:
+    from sagedoctor.decide.app_switch import invokeai_rule_routes
+
+    assert invokeai_rule_routes(64, 4096, 4096) and invokeai_rule_routes(128, 1536, 512)
+    assert not invokeai_rule_routes(128, 1535, 4096)  # query below 1536
+    assert not invokeai_rule_routes(128, 4096, 511)  # key below 512
+    assert not invokeai_rule_routes(80, 4096, 4096)  # SD1.5's head sizes stay on SDPA
+
+
+def test_where_verify_measured_its_shapes_slower_the_hook_is_chosen_and_said() -> None:
+    facts = profile("linux-h100-invokeai-rule-slower")
+    choice = choose_invokeai_switch(facts)
+    assert choice.use == "sagedoctor" and choice.app_serves
+    assert choice.why.startswith(
+        "InvokeAI's rule would send SDXL 1024x1024 (4096 tokens) to SageAttention, and verify "
+        "measured the kernel there (sage_fp8_sm90) at 0.68x SDPA on NVIDIA H100 80GB HBM3")
+    assert "FLUX 1024x1024 (4608 tokens) 0.75x" in choice.why
+    assert choice.why.endswith("sagedoctor's hook keeps them on SDPA")
+    result = resolve_plan(facts, INDEX)
+    assert isinstance(result, Plan)
+    assert "enable-invokeai" not in [s.action for s in result.steps]
+    assert any("0.68x SDPA" in n and n.endswith("the start-up hook is on")
+               for n in result.notes)
+    forced = choose_invokeai_switch(facts, "app")
+    assert (forced.use, forced.forced) == ("app", True) and "--use app: " in forced.why
+    assert invokeai_switch_pending(facts, "app") == "sage"
+
+
+def test_measurements_that_agree_keep_invokeais_switch_and_stale_ones_are_not_used() -> None:
+    facts = profile("linux-h100-invokeai-rule-slower")
+    record = facts.verification
+    assert record is not None
+    faster = tuple(replace(s, speedup=1.12, route=True) for s in record.app_shapes)
+    agree = replace(facts, verification=replace(record, app_shapes=faster))
+    choice = choose_invokeai_switch(agree)
+    assert choice.use == "app"
+    assert choice.why.endswith("verify measured its shapes faster here: SDXL 1024x1024 (4096 "
+                               "tokens) 1.12x on NVIDIA H100 80GB HBM3, FLUX 1024x1024 (4608 "
+                               "tokens) 1.12x on NVIDIA H100 80GB HBM3")
+    # a record of another SageAttention build says nothing about this one
+    stale = replace(facts, verification=replace(record, sageattention="2.1.1"))
+    assert choose_invokeai_switch(stale).use == "app"
+    assert choose_invokeai_switch(stale).why.endswith("no verify measurements at its shapes yet")
+    # Wan is no InvokeAI model: its shape does not count
+    wan = replace(record.app_shapes[0], shape="Wan 2.1 720p", head_dim=128, tokens=32760)
+    only_wan = replace(facts, verification=replace(record, app_shapes=(wan,)))
+    assert choose_invokeai_switch(only_wan).use == "app"
+
+
+def test_the_probe_reads_verifys_app_shape_decisions_from_the_venv(tmp_path: Path) -> None:
+    from sagedoctor.probe.verification import app_shape_speeds
+    from sagedoctor.runtime.decisions import (
+        Calibration,
+        Decision,
+        GpuDecisions,
+        save_calibration,
+        shape_key,
+    )
+    from sagedoctor.runtime.files import CALIBRATION, record_file
+
+    assert app_shape_speeds(tmp_path) == ()  # no file: nothing
+    slow = Decision(False, "sage_fp8_sm90", 0.6812, 0.66, 0.70, 5, "verify")
+    other = Decision(True, "sage_fp8_sm90", 1.2, 1.1, 1.3, 5, "verify")
+    decisions = {shape_key("bfloat16", 64, 20, 4096, 4096, False): slow,
+                 shape_key("bfloat16", 128, 24, 3000, 3000, False): other}  # no app shape
+    path = Path(record_file(str(tmp_path), CALIBRATION))
+    path.parent.mkdir()
+    save_calibration(str(path), Calibration(gpus={"GPU-1": GpuDecisions(
+        "NVIDIA H100 80GB HBM3", "9.0", decisions)}))
+    [found] = app_shape_speeds(tmp_path)
+    assert (found.shape, found.head_dim, found.tokens, found.speedup, found.route) == (
+        "SDXL 1024x1024", 64, 4096, 0.681, False)
+    path.write_bytes(b"{not json")
+    assert app_shape_speeds(tmp_path) == ()  # a corrupt file: nothing, no crash

@@ -4,17 +4,45 @@ this machine, said why. Pure: facts in, a choice out.
 
 InvokeAI's scope (facts/apps.md, docs/invokeai.md) picks one kernel per GPU architecture by a
 fixed table and has none for sm75, sm87, sm103 and sm110: there it logs "unavailable" and stays
-on SDPA, so writing `attention_backend: sage` would do nothing at all.
+on SDPA, so writing `attention_backend: sage` would do nothing at all. Where it has one, its
+fixed rule sends every long self-attention to it: where verify measured that kernel slower
+than SDPA at InvokeAI's shapes (SDXL 4096 tokens at 0.68x on an H100), the hook, which routes
+per shape by measurement, is the better switch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..facts import Facts, Gpu
+from ..facts import AppShapeSpeed, Facts, Gpu
 from .versions import cc_tuple, parse_version
 
 USES = ("app", "sagedoctor")
+# The shapes verify measures (verify.APP_SHAPES) of models that enter InvokeAI's scope
+# (FLUX.1, SDXL...; not Wan): what its fixed rule meets in its own generations.
+INVOKEAI_SHAPES = ("SDXL 1024x1024", "FLUX 1024x1024", "FLUX 1536x1536", "FLUX 2048x2048")
+
+
+def invokeai_rule_routes(head_dim: int, q_len: int, kv_len: int) -> bool:
+    """InvokeAI's fixed rule for an unmasked, non-causal fp16/bf16 call: head 64 or 128,
+    query >= 1536 and key >= 512 tokens go to its kernel; the rest stays on SDPA."""
+    return head_dim in (64, 128) and q_len >= 1536 and kv_len >= 512
+
+
+def invokeai_rule_at_shapes(facts: Facts) -> list[AppShapeSpeed]:
+    """verify's current measurements at InvokeAI's shapes that its rule sends to its kernel."""
+    from .requirements import verification_is_current
+
+    record, target = facts.verification, facts.target
+    if record is None or target is None or record.status != "verified" \
+            or not verification_is_current(record, target):
+        return []
+    return [s for s in record.app_shapes if s.shape in INVOKEAI_SHAPES
+            and invokeai_rule_routes(s.head_dim, s.tokens, s.tokens)]
+
+
+def _measured(shape: AppShapeSpeed) -> str:
+    return f"{shape.shape} ({shape.tokens} tokens) {shape.speedup:.2f}x on {shape.name}"
 
 
 def invokeai_kernel(arch: str | None, torch_cuda: str | None) -> str | None:
@@ -76,9 +104,26 @@ def choose_invokeai_switch(facts: Facts, use: str | None = None) -> SwitchChoice
     else:
         served = "; ".join(f"{g.name} ({_sm(g)}) with its "
                            f"{invokeai_kernel(g.compute_capability, cuda)} kernel" for g in gpus)
+    measured = invokeai_rule_at_shapes(facts)
+    slower = [s for s in measured if s.speedup < 1.0]
+    if slower:
+        worst = min(slower, key=lambda s: s.speedup)
+        cost = (f"InvokeAI's rule would send {worst.shape} ({worst.tokens} tokens) to "
+                f"SageAttention, and verify measured the kernel there ({worst.kernel}) at "
+                f"{worst.speedup:.2f}x SDPA on {worst.name}" + (
+                    f" (and {', '.join(_measured(s) for s in slower if s is not worst)})"
+                    if len(slower) > 1 else ""))
+        if use == "app":
+            return SwitchChoice("InvokeAI", "app", f"--use app: {cost}", forced=True)
+        them = "them" if len(slower) > 1 else "it"
+        return SwitchChoice("InvokeAI", "sagedoctor", f"{cost}; sagedoctor's hook keeps {them} "
+                            "on SDPA", forced=use == "sagedoctor")
+    agree = ("; verify measured its shapes faster here: "
+             + ", ".join(_measured(s) for s in measured)) if measured else \
+        "; no verify measurements at its shapes yet"
     if use == "sagedoctor":
         return SwitchChoice("InvokeAI", "sagedoctor", "--use sagedoctor: sagedoctor's start-up "
                             f"hook routes instead of InvokeAI's own kernel table ({served})",
                             forced=True)
-    return SwitchChoice("InvokeAI", "app", f"InvokeAI's own kernel table serves {served}",
-                        forced=use == "app")
+    return SwitchChoice("InvokeAI", "app", f"InvokeAI's own kernel table serves {served}"
+                        + agree, forced=use == "app")

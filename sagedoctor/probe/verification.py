@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..facts import VerificationFacts, WrongKernel
+from ..facts import AppShapeSpeed, VerificationFacts, WrongKernel
 from ..state import arming_problem, changes_since, hook_enabled, load_status
 
 
@@ -26,6 +26,28 @@ def wrong_kernels(results: Any) -> tuple[WrongKernel, ...]:
             out.append(WrongKernel(str(gpu), str(entry.get("name", "")),
                                    str(entry.get("arch", "")),
                                    kernel if isinstance(kernel, str) else None))
+    return tuple(out)
+
+
+def app_shape_speeds(prefix: Path) -> tuple[AppShapeSpeed, ...]:
+    """verify's stored decisions at the apps' shapes, from the venv's calibration.json (an
+    unreadable or absent file: none)."""
+    from ..runtime.decisions import load_calibration
+    from ..runtime.files import CALIBRATION, record_file
+    from ..verify import APP_SHAPES, app_decisions
+
+    try:
+        data = load_calibration(record_file(str(prefix), CALIBRATION))
+    except (OSError, ValueError):
+        return ()
+    out = []
+    for gpu, shapes in sorted(app_decisions(data).items()):
+        entry = data.gpus[gpu]
+        for label, decision in shapes.items():
+            _dtype, head_dim, _bh, tokens = APP_SHAPES[label]
+            out.append(AppShapeSpeed(gpu, entry.name or gpu, entry.arch, label, head_dim,
+                                     tokens, decision.kernel,
+                                     round(decision.speedup, 3), decision.route))
     return tuple(out)
 
 
@@ -49,4 +71,5 @@ def read_verification(prefix: Path) -> VerificationFacts:
                              verified_at=record.verified_at,
                              sageattention=version("sageattention"), torch=version("torch"),
                              wrong_sageattn=wrong_kernels(record.results), changed=changed,
-                             hooked=hooked, arming_problem=armed)
+                             hooked=hooked, arming_problem=armed,
+                             app_shapes=app_shape_speeds(prefix))

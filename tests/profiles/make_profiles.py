@@ -327,6 +327,30 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                      "installed": True, "venv": "/home/ana/invokeai/.venv",
                      "config_path": "/home/ana/invokeai/invokeai.yaml", "config_exists": True,
                      "schema_version": "4.0.3", "attention_backend": "sage"}}),
+    # An H100 where verify measured the kernel slower than SDPA at InvokeAI's shapes (issue 36:
+    # SDXL 1024 at 0.68x, FLUX 1024 at 0.75x): InvokeAI's fixed rule would route them, so
+    # sagedoctor's hook, which keeps them on SDPA, is the better switch.
+    "linux-h100-invokeai-rule-slower": (LINUX_H200, {
+        "gpu": {"gpus": [gpu(0, "NVIDIA H100 80GB HBM3", "9.0", 81559)]},
+        "target": {"runtime": RUNTIME, "invokeai": {
+            "version": "6.15.0", "attention_backend_supported": True,
+            "attention_backend_choices": ["auto", "torch-sdp", "sage"]}},
+        "invokeai": {"root": "/home/ana/invokeai", "root_source": "INVOKEAI_ROOT",
+                     "installed": True, "venv": "/home/ana/app/.venv",
+                     "config_path": "/home/ana/invokeai/invokeai.yaml", "config_exists": True,
+                     "schema_version": "4.0.3"},
+        "verification": {
+            "status": "verified", "verdict": "routing",
+            "verified_at": "2026-12-05T10:00:00+00:00", "sageattention": "2.2.0",
+            "torch": "2.11.0", "wrong_sageattn": [], "hooked": True, "app_shapes": [
+                {"gpu": "GPU-6a1f0c2e-0000-0000-0000-000000000000",
+                 "name": "NVIDIA H100 80GB HBM3", "arch": "9.0", "shape": "SDXL 1024x1024",
+                 "head_dim": 64, "tokens": 4096, "kernel": "sage_fp8_sm90", "speedup": 0.68,
+                 "route": False},
+                {"gpu": "GPU-6a1f0c2e-0000-0000-0000-000000000000",
+                 "name": "NVIDIA H100 80GB HBM3", "arch": "9.0", "shape": "FLUX 1024x1024",
+                 "head_dim": 128, "tokens": 4608, "kernel": "sage_fp8_sm90", "speedup": 0.75,
+                 "route": False}]}}),
     # `--root` names an empty folder: the edit would create an invokeai.yaml InvokeAI never reads
     "windows-invokeai-root-not-a-root": (WIN_4090, {
         "target": {"runtime": RUNTIME, "invokeai": {

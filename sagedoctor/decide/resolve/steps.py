@@ -118,8 +118,11 @@ def final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
                 on = (f"; {inv.config_path} sets attention_backend: {sage} now, and the hook "
                       "stands aside while it does: set it to auto"
                       if inv.attention_backend == sage else "")
+                hooked = facts.verification is not None and facts.verification.hooked
+                hook = "the start-up hook is on" if hooked else \
+                    "`sagedoctor enable` turns the hook on"
                 notes.append(f"InvokeAI {package.version}: attention_backend: {sage} is not "
-                             f"written: {switch.why}{on}; `sagedoctor enable` turns the hook on")
+                             f"written: {switch.why}{on}; {hook}")
         elif package.attention_backend_unread is not None:
             notes.append(f"InvokeAI {package.version} declares attention_backend, but "
                          f"{package.attention_backend_unread}: nothing is written to "
