@@ -224,3 +224,18 @@ def test_the_probe_reads_verifys_app_shape_decisions_from_the_venv(tmp_path: Pat
         "SDXL 1024x1024", 64, 4096, 0.681, False)
     path.write_bytes(b"{not json")
     assert app_shape_speeds(tmp_path) == ()  # a corrupt file: nothing, no crash
+
+
+def test_plan_json_carries_the_choice_and_its_reason() -> None:
+    import json
+
+    from sagedoctor.render_plan import render_plan_json
+
+    result = resolve_plan(profile("linux-h100-invokeai-rule-slower"), INDEX,
+                          ResolveOptions(use="app"))
+    assert isinstance(result, Plan)
+    [switch] = json.loads(render_plan_json(result, "index"))["plan"]["switches"]
+    assert (switch["app"], switch["use"], switch["forced"]) == ("InvokeAI", "app", True)
+    assert switch["why"].startswith("--use app: InvokeAI's rule would send SDXL 1024x1024")
+    plain = resolve_plan(profile("linux-h200-ready"), INDEX)
+    assert isinstance(plain, Plan) and plain.switches == ()  # no app with a switch

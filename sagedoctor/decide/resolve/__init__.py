@@ -16,7 +16,14 @@ from ..matrix import (
     usable_gpus,
 )
 from .linux import resolve_linux
-from .steps import ResolveOptions, cleanup_steps, final_steps, nvidia_gpus, recover_steps
+from .steps import (
+    ResolveOptions,
+    app_switches,
+    cleanup_steps,
+    final_steps,
+    nvidia_gpus,
+    recover_steps,
+)
 from .windows import resolve_windows
 
 # Findings from `check` that no install step can fix: the plan stops and shows them, at the
@@ -66,4 +73,5 @@ def resolve_plan(facts: Facts, index: WheelIndex,
     recover, recover_notes = recover_steps(facts)
     return Plan(python=target.executable, prefix=target.prefix, os=os_name,
                 steps=tuple(recover + steps + final),
-                notes=tuple(recover_notes + notes + final_notes))
+                notes=tuple(recover_notes + notes + final_notes),
+                switches=app_switches(facts, options))

@@ -10,7 +10,7 @@ from packaging.version import Version
 
 from ... import __version__
 from ...facts import Facts, Gpu, TargetFacts
-from ...plan import Step
+from ...plan import Step, Switch
 from ..app_switch import choose_invokeai_switch
 from ..matrix import required_sage_modules
 from ..requirements import (
@@ -142,6 +142,16 @@ def final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
                           "the start-up hook is on and no verify covers the build installed "
                           "now, so the runtime keeps SageAttention off until one passes"))
     return steps, notes
+
+
+def app_switches(facts: Facts, options: ResolveOptions) -> tuple[Switch, ...]:
+    """The switch chosen for each app here that has one of its own (the plan's --json)."""
+    target = facts.target
+    if not options.enable_invokeai or target is None or target.invokeai is None \
+            or invokeai_sage_choice(facts) is None:
+        return ()
+    choice = choose_invokeai_switch(facts, options.use)
+    return (Switch(choice.app, choice.use, choice.why, choice.forced),)
 
 
 def recover_steps(facts: Facts) -> tuple[list[Step], list[str]]:
