@@ -185,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="diagnose a saved `check --json` file instead of this machine")
     check.add_argument("-v", "--verbose", action="store_true",
                        help="show every detail (and tracebacks of sagedoctor's own errors)")
+    _use_option(check)
 
     def plan_options(p: argparse.ArgumentParser) -> None:
         _target_options(p)
@@ -359,6 +360,7 @@ def _main(argv: Sequence[str]) -> int:
                     facts_file=args.facts,
                     as_json=args.json,
                     verbose=args.verbose,
+                    use=args.use,
                 )
             )
         if args.command == "plan":

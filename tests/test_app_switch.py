@@ -239,3 +239,21 @@ def test_plan_json_carries_the_choice_and_its_reason() -> None:
     assert switch["why"].startswith("--use app: InvokeAI's rule would send SDXL 1024x1024")
     plain = resolve_plan(profile("linux-h200-ready"), INDEX)
     assert isinstance(plain, Plan) and plain.switches == ()  # no app with a switch
+
+
+def test_use_on_the_command_line_reaches_check_and_plan(tmp_path: Path) -> None:
+    import json
+
+    from tests.standins import clean_env, run_cli
+
+    facts = str(PROFILES / "linux-h100-invokeai-rule-slower.json")
+    env = clean_env(tmp_path)
+    report = json.loads(run_cli(["check", "--json", "--facts", facts, "--use", "app"],
+                                env).stdout)
+    [pair] = [f for f in report["findings"] if f["code"] == "SD194"]
+    assert "Better here: InvokeAI's own switch: --use app: InvokeAI's rule" in pair["detail"]
+    assert any(f["code"] == "SD193" for f in report["findings"])  # now it is to be set
+    plan = json.loads(run_cli(["plan", "--json", "--facts", facts], env).stdout)
+    assert plan["plan"]["switches"][0]["use"] == "sagedoctor"
+    bad = run_cli(["plan", "--facts", facts, "--use", "both"], env)
+    assert bad.returncode == 64 and "invalid choice: 'both'" in bad.stderr

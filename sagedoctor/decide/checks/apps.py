@@ -26,7 +26,7 @@ from ..requirements import (
 from .sage import recorded_wrong_sageattn
 
 
-def check_invokeai(facts: Facts) -> list[Finding]:
+def check_invokeai(facts: Facts, use: str | None = None) -> list[Finding]:
     inv = facts.invokeai
     if inv is None:
         return []
@@ -51,7 +51,7 @@ def check_invokeai(facts: Facts) -> list[Finding]:
             f": the target is {facts.target.prefix})" if facts.target else ")")
     out.append(finding("SD180", "ok", f"{version} at {inv.root} (from {inv.root_source}); "
                        f"{config}"))
-    pending = invokeai_switch_pending(facts)
+    pending = invokeai_switch_pending(facts, use)
     if inv.root_source == "--root" and not inv.installed and not inv.config_exists:
         # The plan's edit would create invokeai.yaml in a folder InvokeAI never reads.
         out.append(finding("SD197", "error" if pending else "warn",
@@ -64,7 +64,7 @@ def check_invokeai(facts: Facts) -> list[Finding]:
         out.append(finding("SD193", "error", f"{inv.config_path or 'invokeai.yaml'} does not "
                            f"set attention_backend: {pending}",
                            f"sagedoctor install --venv {quoted_prefix(facts.target, os_name)}"))
-    out += switch_findings(facts)
+    out += switch_findings(facts, use)
     if inv.attention_type == "sliced":
         out.append(finding("SD185", "warn", f"{inv.config_path} sets attention_type: sliced"))
     out += launcher_update_findings(inv, facts.verification,

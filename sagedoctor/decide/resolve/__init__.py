@@ -46,7 +46,7 @@ def resolve_plan(facts: Facts, index: WheelIndex,
             "SD190", "error", "the target environment was not inspected", area="python",
             title="Could not check python"),))
     os_name = facts.system.os
-    blockers = [f for f in diagnose(facts, index, options.runtime_version)
+    blockers = [f for f in diagnose(facts, index, options.runtime_version, use=options.use)
                 if f.fatal or (f.code in _BLOCKING_CODES and f.severity == "error")]
     if blockers:
         return Blocked(tuple(blockers))
