@@ -17,6 +17,7 @@ from sagedoctor.decide.resolve.steps import ResolveOptions
 from sagedoctor.facts import Facts, Gpu, load_facts_file
 from sagedoctor.index import shipped_index
 from sagedoctor.plan import Plan
+from sagedoctor.runtime.decisions import Calibration
 
 PROFILES = Path(__file__).parent / "profiles"
 INDEX = shipped_index()
@@ -257,3 +258,48 @@ def test_use_on_the_command_line_reaches_check_and_plan(tmp_path: Path) -> None:
     assert plan["plan"]["switches"][0]["use"] == "sagedoctor"
     bad = run_cli(["plan", "--facts", facts, "--use", "both"], env)
     assert bad.returncode == 64 and "invalid choice: 'both'" in bad.stderr
+
+
+# --- verify: what InvokeAI's fixed rule does at its shapes on this GPU ------------------------
+
+def _calibration(arch: str, name: str,
+                 speeds: dict[tuple[int, int, int], float]) -> Calibration:
+    from sagedoctor.runtime.decisions import Decision, GpuDecisions, shape_key
+
+    decisions = {shape_key("bfloat16", d, bh, n, n, False):
+                 Decision(x >= 1.0, "sage_fp8_sm90", x, x - 0.02, x + 0.02, 5, "verify")
+                 for (d, bh, n), x in speeds.items()}
+    return Calibration(gpus={"GPU-1": GpuDecisions(name, arch, decisions)})
+
+
+def test_verify_says_what_invokeais_rule_does_at_its_shapes_for_an_invokeai_venv(
+        tmp_path: Path) -> None:
+    from sagedoctor.commands.verify import render_run
+    from sagedoctor.verify import VerifyRun
+
+    data = _calibration("9.0", "NVIDIA H100 80GB HBM3", {(64, 20, 4096): 0.68,
+                                                         (128, 24, 4608): 0.75,
+                                                         (128, 24, 9728): 1.09,
+                                                         (128, 40, 32760): 1.3})
+    run = VerifyRun(1, {"torch_cuda": "13.0"}, (), data, tmp_path / "c.json", "routing", 1.0,
+                    "")
+    text = render_run(run, 1, invokeai=True)
+    assert ("InvokeAI's own switch (attention_backend: sage) on NVIDIA H100 80GB HBM3 (sm90):\n"
+            "  SDXL 1024x1024 (4096 tokens): its rule sends it to its sm90 fp8 (fp32+fp32 "
+            "accumulation) kernel; verify measured sage_fp8_sm90 there at 0.68x SDPA (slower); "
+            "sagedoctor's hook keeps it on SDPA\n") in text
+    assert ("  FLUX 1536x1536 (9728 tokens): its rule sends it to its sm90 fp8 (fp32+fp32 "
+            "accumulation) kernel; verify measured sage_fp8_sm90 there at 1.09x SDPA (faster); "
+            "sagedoctor's hook routes it too\n") in text
+    assert "Wan" not in text.split("InvokeAI's own switch")[1]  # no InvokeAI model
+    assert "InvokeAI's own switch" not in render_run(run, 1, invokeai=False)
+
+
+def test_verify_on_a_gpu_invokeai_has_no_kernel_for() -> None:
+    from sagedoctor.verify import render_app_rules
+
+    data = _calibration("8.7", "Orin (nvgpu)", {(64, 20, 4096): 1.2})
+    assert render_app_rules(data, "12.6") == (
+        "InvokeAI's own switch (attention_backend: sage) on Orin (nvgpu) (sm87):\n"
+        "  no kernel for this GPU in its table: every call stays on SDPA; sagedoctor's hook "
+        "is the switch that can route here\n")

@@ -41,6 +41,38 @@ def invokeai_rule_at_shapes(facts: Facts) -> list[AppShapeSpeed]:
             and invokeai_rule_routes(s.head_dim, s.tokens, s.tokens)]
 
 
+def invokeai_rule_lines(shapes: tuple[AppShapeSpeed, ...] | list[AppShapeSpeed],
+                        torch_cuda: str | None) -> list[str]:
+    """verify's words for an InvokeAI venv: per GPU measured, what InvokeAI's fixed rule does
+    at each of its shapes there, beside what verify measured and what the hook does."""
+    out: list[str] = []
+    gpus: dict[str, list[AppShapeSpeed]] = {}
+    for s in shapes:
+        if s.shape in INVOKEAI_SHAPES:
+            gpus.setdefault(s.gpu, []).append(s)
+    for measured in gpus.values():
+        first = measured[0]
+        cc = cc_tuple(first.arch)
+        sm = f"sm{cc[0]}{cc[1]}" if cc else "an unknown architecture"
+        kernel = invokeai_kernel(first.arch, torch_cuda)
+        out.append(f"InvokeAI's own switch (attention_backend: sage) on {first.name} ({sm}):")
+        if kernel is None:
+            out.append("  no kernel for this GPU in its table: every call stays on SDPA; "
+                       "sagedoctor's hook is the switch that can route here")
+            continue
+        for s in measured:
+            head = f"  {s.shape} ({s.tokens} tokens): "
+            if not invokeai_rule_routes(s.head_dim, s.tokens, s.tokens):
+                out.append(head + "its rule keeps it on SDPA")
+                continue
+            verdict = "faster" if s.speedup >= 1.0 else "slower"
+            hook = "routes it too" if s.route else "keeps it on SDPA"
+            out.append(head + f"its rule sends it to its {kernel} kernel; verify measured "
+                       f"{s.kernel} there at {s.speedup:.2f}x SDPA ({verdict}); sagedoctor's "
+                       f"hook {hook}")
+    return out
+
+
 def _measured(shape: AppShapeSpeed) -> str:
     return f"{shape.shape} ({shape.tokens} tokens) {shape.speedup:.2f}x on {shape.name}"
 

@@ -34,21 +34,13 @@ def app_shape_speeds(prefix: Path) -> tuple[AppShapeSpeed, ...]:
     unreadable or absent file: none)."""
     from ..runtime.decisions import load_calibration
     from ..runtime.files import CALIBRATION, record_file
-    from ..verify import APP_SHAPES, app_decisions
+    from ..verify import app_shape_speeds as speeds
 
     try:
         data = load_calibration(record_file(str(prefix), CALIBRATION))
     except (OSError, ValueError):
         return ()
-    out = []
-    for gpu, shapes in sorted(app_decisions(data).items()):
-        entry = data.gpus[gpu]
-        for label, decision in shapes.items():
-            _dtype, head_dim, _bh, tokens = APP_SHAPES[label]
-            out.append(AppShapeSpeed(gpu, entry.name or gpu, entry.arch, label, head_dim,
-                                     tokens, decision.kernel,
-                                     round(decision.speedup, 3), decision.route))
-    return tuple(out)
+    return speeds(data)
 
 
 def read_verification(prefix: Path) -> VerificationFacts:
