@@ -351,6 +351,14 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                  "name": "NVIDIA H100 80GB HBM3", "arch": "9.0", "shape": "FLUX 1024x1024",
                  "head_dim": 128, "tokens": 4608, "kernel": "sage_fp8_sm90", "speedup": 0.75,
                  "route": False}]}}),
+    # An InvokeAI whose attention_backend type is an enum: the choices are not guessed (SD189)
+    "windows-invokeai-choices-unreadable": (WIN_4090, {"target": {"runtime": RUNTIME,
+        "invokeai": {"version": "6.15.0", "attention_backend_supported": True,
+                     "attention_backend_choices": [], "attention_backend_unread":
+                     "its type `AttentionBackend` names no fixed choices this check can read"}}}),
+    # check run from a shell with diffusers' own switch on (SD155)
+    "linux-h200-diffusers-sage-backend": (LINUX_H200, {
+        "system": {"diffusers_attn_backend": "sage"}, "target": {"runtime": RUNTIME}}),
     # `--root` names an empty folder: the edit would create an invokeai.yaml InvokeAI never reads
     "windows-invokeai-root-not-a-root": (WIN_4090, {
         "target": {"runtime": RUNTIME, "invokeai": {
