@@ -160,3 +160,17 @@ def test_the_root_is_found_as_invokeai_finds_it(tmp_path: Path) -> None:
     assert app_switch_on(["x"], {"DIFFUSERS_ATTN_BACKEND": "native"}, prefix, home) is None
     assert app_switch_on(["x"], {"DIFFUSERS_ATTN_BACKEND": "sage_hub"}, prefix, home) == \
         "diffusers' DIFFUSERS_ATTN_BACKEND=sage_hub"
+
+
+def test_enable_says_the_hook_stands_aside_while_invokeais_switch_is_on(
+        app: tuple[Path, dict]) -> None:
+    python, env = app
+    config = python.parents[2] / "invokeai.yaml"
+    config.write_text("attention_backend: sage\n", encoding="utf-8")
+    done = run_cli(["enable", "--python", str(python)], env)
+    assert done.returncode == 0, done.stderr
+    assert (f"Note: {config} sets attention_backend: sage, InvokeAI's own switch: the hook "
+            "stands aside while it does") in done.stdout
+    config.write_text("attention_backend: auto\n", encoding="utf-8")
+    again = run_cli(["enable", "--python", str(python)], env)
+    assert again.returncode == 0 and "Note:" not in again.stdout
