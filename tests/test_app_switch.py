@@ -303,3 +303,19 @@ def test_verify_on_a_gpu_invokeai_has_no_kernel_for() -> None:
         "InvokeAI's own switch (attention_backend: sage) on Orin (nvgpu) (sm87):\n"
         "  no kernel for this GPU in its table: every call stays on SDPA; sagedoctor's hook "
         "is the switch that can route here\n")
+
+
+def test_a_measurement_of_another_kernel_than_invokeais_is_said_as_such() -> None:
+    facts = profile("linux-h100-invokeai-rule-slower")
+    record = facts.verification
+    assert record is not None and facts.gpu is not None
+    # an RTX 3090: InvokeAI calls the Triton kernel, verify timed the CUDA fp16 one
+    ampere = replace(facts, gpu=replace(facts.gpu, gpus=(
+        Gpu(0, "nvidia", "NVIDIA GeForce RTX 3090", "8.6", 24576),)),
+        verification=replace(record, app_shapes=tuple(
+            replace(s, name="NVIDIA GeForce RTX 3090", arch="8.6", kernel="sage_fp16_cuda")
+            for s in record.app_shapes)))
+    why = choose_invokeai_switch(ampere).why
+    assert "(sage_fp16_cuda) at 0.68x SDPA on NVIDIA GeForce RTX 3090; InvokeAI's own fp16 " \
+           "Triton kernel was not timed" in why
+    assert "was not timed" not in choose_invokeai_switch(facts).why  # the H100: the same one

@@ -23,6 +23,26 @@ USES = ("app", "sagedoctor")
 INVOKEAI_SHAPES = ("SDXL 1024x1024", "FLUX 1024x1024", "FLUX 1536x1536", "FLUX 2048x2048")
 
 
+# InvokeAI's kernel descriptions (invokeai_kernel) in sagedoctor's registry names: where verify
+# measured another kernel than InvokeAI would call, the reason says so.
+REGISTRY_NAMES = {
+    "fp16 CUDA (fp32 accumulation)": "sage_fp16_cuda",
+    "fp16 Triton": "sage_fp16_triton",
+    "fp8 CUDA (fp32+fp16 accumulation)": "sage_fp8_cuda_fp32fp16",
+    "fp8 CUDA (fp32+fp32 accumulation)": "sage_fp8_cuda_fp32fp32",
+    "sm90 fp8 (fp32+fp32 accumulation)": "sage_fp8_sm90",
+    "fp8 per-warp": "sage_fp8_cuda_per_warp",
+}
+
+
+def _other_kernel(shape: AppShapeSpeed, torch_cuda: str | None) -> str:
+    """', not InvokeAI's own (X)' where verify timed another kernel than InvokeAI calls."""
+    own = invokeai_kernel(shape.arch, torch_cuda)
+    if own is None or REGISTRY_NAMES.get(own) == shape.kernel:
+        return ""
+    return f"; InvokeAI's own {own} kernel was not timed"
+
+
 def invokeai_rule_routes(head_dim: int, q_len: int, kv_len: int) -> bool:
     """InvokeAI's fixed rule for an unmasked, non-causal fp16/bf16 call: head 64 or 128,
     query >= 1536 and key >= 512 tokens go to its kernel; the rest stays on SDPA."""
@@ -67,9 +87,11 @@ def invokeai_rule_lines(shapes: tuple[AppShapeSpeed, ...] | list[AppShapeSpeed],
                 continue
             verdict = "faster" if s.speedup >= 1.0 else "slower"
             hook = "routes it too" if s.route else "keeps it on SDPA"
+            other = "" if REGISTRY_NAMES.get(kernel) == s.kernel else \
+                " (another kernel: InvokeAI's was not timed)"
             out.append(head + f"its rule sends it to its {kernel} kernel; verify measured "
-                       f"{s.kernel} there at {s.speedup:.2f}x SDPA ({verdict}); sagedoctor's "
-                       f"hook {hook}")
+                       f"{s.kernel} there at {s.speedup:.2f}x SDPA ({verdict}){other}; "
+                       f"sagedoctor's hook {hook}")
     return out
 
 
@@ -142,7 +164,7 @@ def choose_invokeai_switch(facts: Facts, use: str | None = None) -> SwitchChoice
         worst = min(slower, key=lambda s: s.speedup)
         cost = (f"InvokeAI's rule would send {worst.shape} ({worst.tokens} tokens) to "
                 f"SageAttention, and verify measured the kernel there ({worst.kernel}) at "
-                f"{worst.speedup:.2f}x SDPA on {worst.name}" + (
+                f"{worst.speedup:.2f}x SDPA on {worst.name}{_other_kernel(worst, cuda)}" + (
                     f" (and {', '.join(_measured(s) for s in slower if s is not worst)})"
                     if len(slower) > 1 else ""))
         if use == "app":
