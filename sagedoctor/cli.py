@@ -154,6 +154,13 @@ def _route_options(p: argparse.ArgumentParser) -> None:
                    help="tracebacks of sagedoctor's own errors")
 
 
+def _use_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--use", choices=("app", "sagedoctor"),
+                   help="which switch routes an app that has its own (InvokeAI's "
+                        "attention_backend): the app's, or sagedoctor's start-up hook "
+                        "(default: the better one for this machine, said why)")
+
+
 def _fetch_options(p: argparse.ArgumentParser) -> None:
     """How downloads are made: install and post-update."""
     p.add_argument("--offline", action="store_true",
@@ -185,12 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="diagnose a saved `check --json` file instead of this machine")
     check.add_argument("-v", "--verbose", action="store_true",
                        help="show every detail (and tracebacks of sagedoctor's own errors)")
+    _use_option(check)
 
     def plan_options(p: argparse.ArgumentParser) -> None:
         _target_options(p)
         p.add_argument("--facts", type=Path, metavar="FILE",
                        help="plan for a saved `check --json` file instead of this machine")
         _route_options(p)
+        _use_option(p)
         p.add_argument("--json", action="store_true", help="write the plan as JSON")
 
     plan = sub.add_parser("plan", help="show what `install` would do, and why",
@@ -294,7 +303,8 @@ def _plan_options(args: argparse.Namespace) -> PlanOptions:
     return PlanOptions(venv=args.venv, python=args.python, root=args.root,
                        comfyui=args.comfyui,
                        facts_file=args.facts, index_file=args.index, source_dir=args.source,
-                       use_linux_indexes=not args.no_wheel_index, as_json=args.json)
+                       use_linux_indexes=not args.no_wheel_index, as_json=args.json,
+                       use=args.use)
 
 
 def _inspect_target(args: argparse.Namespace) -> TargetFacts:
@@ -358,6 +368,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             facts_file=args.facts,
             as_json=args.json,
             verbose=args.verbose,
+            use=args.use,
         )
     )
 

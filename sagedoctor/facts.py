@@ -33,6 +33,9 @@ class SystemFacts:
     wsl: bool
     cpu_count: int
     memory_gib: float | None
+    # DIFFUSERS_ATTN_BACKEND in the environment check ran in (diffusers' own switch; an app
+    # started from the same shell inherits it); absent from older reports.
+    diffusers_attn_backend: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class InvokeAIPackageFacts:
     version: str
     attention_backend_supported: bool | None  # None: config class not found
     attention_backend_choices: tuple[str, ...] = ()
+    # Why the choices could not be read from its source (an enum, a type from another
+    # module): the plan then writes nothing, and check says so (SD189).
+    attention_backend_unread: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,8 @@ class ComfyUIFacts:
     sage_flag_supported: bool | None = None  # comfy/cli_args.py declares --use-sage-attention
     # Where --use-sage-attention is switched on: a portable .bat file, Desktop's settings.
     sage_flag_in: tuple[str, ...] = ()
+    # Where --use-ck-attention (Comfy Kitchen's attention, exclusive with the above) is on.
+    ck_flag_in: tuple[str, ...] = ()
     launchers: tuple[str, ...] = ()  # the portable build's run_*.bat files
     pth_file: str | None = None  # an embedded Python's ._pth (it replaces sys.path)
     pth_imports_site: bool | None = None  # the ._pth has an `import site` line
@@ -177,6 +185,22 @@ class ProbeFailure:
         if has_fix and fix.endswith(")") and fix[:-1]:
             return detail, fix[:-1]
         return self.message, None
+
+
+@dataclass(frozen=True)
+class AppShapeSpeed:
+    """What verify stored for one app shape on one GPU (calibration.json): the kernel it
+    measured there against SDPA, and whether the router sends that shape to it."""
+
+    gpu: str  # the GPU's UUID ("GPU-...") or name|arch|index
+    name: str
+    arch: str
+    shape: str  # "SDXL 1024x1024", as verify names it
+    head_dim: int
+    tokens: int
+    kernel: str
+    speedup: float  # kernel time / SDPA time, inverted: above 1 is faster
+    route: bool
 
 
 @dataclass(frozen=True)
@@ -208,6 +232,9 @@ class VerificationFacts:
     # A passing record whose venv copy (what the hook arms from) is missing, unreadable or of
     # another verify: the hook keeps SageAttention off whatever the user-state copy says.
     arming_problem: str | None = None
+    # verify's measurements at the apps' shapes (SDXL, FLUX...): what an app's fixed rule
+    # would meet here. Absent from older reports.
+    app_shapes: tuple[AppShapeSpeed, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,17 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Switch:
+    """Which switch routes an app that has its own (InvokeAI's attention_backend): "app" or
+    "sagedoctor" (the start-up hook), and why; forced where --use chose it."""
+
+    app: str
+    use: str
+    why: str
+    forced: bool = False
+
+
+@dataclass(frozen=True)
 class Plan:
     python: str
     prefix: str
@@ -87,6 +98,7 @@ class Plan:
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()
     purpose: str = "install"  # or "uninstall": what the executor and the renderer say it is
+    switches: tuple[Switch, ...] = ()  # one per app with a switch of its own
 
     @property
     def changed_distributions(self) -> frozenset[str]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import exit_codes
 from .errors import SagedoctorError
+from .facts import AppShapeSpeed
 from .install.bundle import PACKAGE
 from .proc import ToolMissing, ToolResult, ToolTimeout, _kill_tree, run_tool
 from .runtime.decisions import (
@@ -431,6 +432,28 @@ def app_decisions(data: Calibration) -> dict[str, dict[str, Decision]]:
             if decision is not None:
                 out.setdefault(gpu, {})[name] = decision
     return out
+
+
+def app_shape_speeds(data: Calibration) -> tuple[AppShapeSpeed, ...]:
+    """The stored decisions at the app shapes, as facts: per GPU and shape."""
+    out = []
+    for gpu, shapes in sorted(app_decisions(data).items()):
+        entry = data.gpus[gpu]
+        for label, decision in shapes.items():
+            _dtype, head_dim, _bh, tokens = APP_SHAPES[label]
+            out.append(AppShapeSpeed(gpu, entry.name or gpu, entry.arch, label, head_dim,
+                                     tokens, decision.kernel, round(decision.speedup, 3),
+                                     decision.route))
+    return tuple(out)
+
+
+def render_app_rules(data: Calibration, torch_cuda: str | None) -> str:
+    """What InvokeAI's fixed rule does at its shapes on each GPU measured here, beside what
+    verify measured there (for a venv that holds InvokeAI)."""
+    from .decide.app_switch import invokeai_rule_lines
+
+    lines = invokeai_rule_lines(app_shape_speeds(data), torch_cuda)
+    return "".join(f"{line}\n" for line in lines)
 
 
 def render_app_shapes(data: Calibration) -> str:

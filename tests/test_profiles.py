@@ -78,6 +78,13 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     "linux-invokeai-root-not-invokeai": ({"SD166", "SD186", "SD191"}, 1),
     # ComfyUI's portable build started with --use-sage-attention on a sageattn() found wrong.
     "windows-comfyui-portable-sage-flag-wrong": ({"SD131", "SD167", "SD181", "SD222"}, 1),
+    # InvokeAI's own switch: no kernel for sm75/sm87, the fixed rule measured slower, an
+    # unreadable choice type; diffusers' switch in the environment (issue 36)
+    "windows-rtx2080-invokeai-switch": ({"SD113", "SD194"}, 1),
+    "linux-orin-invokeai-switch-on": ({"SD114", "SD194"}, 2),
+    "linux-h100-invokeai-rule-slower": ({"SD194"}, 0),
+    "windows-invokeai-choices-unreadable": ({"SD189"}, 0),
+    "linux-h200-diffusers-sage-backend": ({"SD155"}, 0),
 }
 
 # Codes a profile must NOT show, where the absence is the point.
@@ -93,6 +100,10 @@ ABSENT: dict[str, set[str]] = {
     "linux-invokeai-root-not-invokeai": {"SD182", "SD183", "SD187"},
     # the app's own embedded Python: no "base interpreter" note, nothing called InvokeAI
     "windows-comfyui-portable-sage-flag-wrong": {"SD134", "SD180", "SD223"},
+    # the plan chose the hook: nothing to switch on in invokeai.yaml
+    "windows-rtx2080-invokeai-switch": {"SD193"},
+    "linux-h100-invokeai-rule-slower": {"SD193"},
+    "windows-invokeai-choices-unreadable": {"SD193", "SD182"},
 }
 
 

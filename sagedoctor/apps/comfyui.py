@@ -15,6 +15,8 @@ from pathlib import Path
 from ..facts import ComfyUIFacts
 
 SAGE_FLAG = "--use-sage-attention"
+# Comfy Kitchen's INT8 attention: mutually exclusive with SAGE_FLAG in ComfyUI's arguments.
+CK_FLAG = "--use-ck-attention"
 PORTABLE_PYTHON = "python_embeded"  # sic: the portable build spells it so
 DESKTOP_SETTINGS = ("user", "default", "comfy.settings.json")
 DESKTOP_LAUNCH_ARGS = "Comfy.Server.LaunchArgs"
@@ -102,33 +104,37 @@ def pth_paths(text: str) -> tuple[str, ...]:
 
 # --- the launch flag -----------------------------------------------------------------------
 
-def bat_sets_sage_flag(text: str) -> bool:
-    """A .bat file passes --use-sage-attention on a line that runs (not REM, not ::)."""
+def bat_sets_sage_flag(text: str, flag: str = SAGE_FLAG) -> bool:
+    """A .bat file passes --use-sage-attention (or ``flag``) on a line that runs (not REM,
+    not ::)."""
     for raw in text.splitlines():
         line = raw.strip()
         lowered = line.lower()
         if not line or lowered.startswith(("rem ", "rem\t", "::")) or lowered == "rem":
             continue
-        if SAGE_FLAG in line.split():
+        if flag in line.split():
             return True
     return False
 
 
-def sh_sets_sage_flag(text: str) -> bool:
-    """A shell script passes --use-sage-attention on a line that is no comment."""
-    return any(SAGE_FLAG in line.split() for line in text.splitlines()
+def sh_sets_sage_flag(text: str, flag: str = SAGE_FLAG) -> bool:
+    """A shell script passes --use-sage-attention (or ``flag``) on a line that is no
+    comment."""
+    return any(flag in line.split() for line in text.splitlines()
                if not line.strip().startswith("#"))
 
 
-def _launchers(folder: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the .bat and .sh files in folder, those passing --use-sage-attention)."""
+def _launchers(folder: Path) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(the .bat and .sh files in folder, those passing --use-sage-attention, those passing
+    --use-ck-attention)."""
     try:
         scripts = sorted(p for p in folder.iterdir()
                          if p.suffix.lower() in (".bat", ".sh") and p.is_file())
     except OSError:
-        return (), ()
+        return (), (), ()
     names: list[str] = []
     flagged: list[str] = []
+    ck: list[str] = []
     for script in scripts[:50]:
         text = read_small(script)
         if text is None:
@@ -137,10 +143,12 @@ def _launchers(folder: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
         sets = sh_sets_sage_flag if script.suffix.lower() == ".sh" else bat_sets_sage_flag
         if sets(text):
             flagged.append(script.name)
-    return tuple(names), tuple(flagged)
+        if sets(text, CK_FLAG):
+            ck.append(script.name)
+    return tuple(names), tuple(flagged), tuple(ck)
 
 
-def desktop_sets_sage_flag(text: str) -> bool | None:
+def desktop_sets_sage_flag(text: str, flag: str = SAGE_FLAG) -> bool | None:
     """Desktop's comfy.settings.json: `Comfy.Server.LaunchArgs` holds `use-sage-attention`.
     None where the file is not the settings object it should be."""
     try:
@@ -152,7 +160,7 @@ def desktop_sets_sage_flag(text: str) -> bool | None:
     args = data.get(DESKTOP_LAUNCH_ARGS, {})
     if not isinstance(args, dict):
         return None
-    return any(isinstance(k, str) and k.lstrip("-") == SAGE_FLAG[2:] for k in args)
+    return any(isinstance(k, str) and k.lstrip("-") == flag[2:] for k in args)
 
 
 def with_sage_flag(bat: str) -> str:
@@ -278,7 +286,7 @@ def _portable(root: Path, source: str, os_name: str) -> ComfyUIFacts:
     code = root / "ComfyUI"
     pth = pth_file_for(python)
     pth_text = read_small(pth) if pth is not None else None
-    launchers, flagged = _launchers(root)
+    launchers, flagged, ck = _launchers(root)
     version, where = code_version(code) if code.is_dir() else (None, None)
     problem = None
     if not python.is_file():
@@ -290,7 +298,7 @@ def _portable(root: Path, source: str, os_name: str) -> ComfyUIFacts:
         python=str(python) if python.is_file() else None,
         code_dir=str(code) if code.is_dir() else None, version=version, version_source=where,
         sage_flag_supported=sage_flag_supported(code) if code.is_dir() else None,
-        sage_flag_in=flagged, launchers=launchers,
+        sage_flag_in=flagged, ck_flag_in=ck, launchers=launchers,
         pth_file=str(pth) if pth is not None else None,
         pth_imports_site=pth_imports_site(pth_text) if pth_text is not None else None,
         pth_paths=pth_paths(pth_text) if pth_text is not None else (), problem=problem)
@@ -306,18 +314,20 @@ def _clone(root: Path, source: str, os_name: str, python: Path | None) -> ComfyU
     problem = None if python is not None else (
         f"no venv in {root} (looked for venv and .venv): pass the Python that starts ComfyUI "
         "with --python EXE")
-    launchers, flagged = _launchers(root)  # a start script of the user's own, if any
+    launchers, flagged, ck = _launchers(root)  # a start script of the user's own, if any
     return ComfyUIFacts(
         layout="clone", root=str(root), source=source,
         python=str(python) if python is not None else None, code_dir=str(root),
         version=version, version_source=where, sage_flag_supported=sage_flag_supported(root),
-        sage_flag_in=flagged, launchers=launchers, problem=problem)
+        sage_flag_in=flagged, ck_flag_in=ck, launchers=launchers, problem=problem)
 
 
 def _desktop(base: Path, source: str, os_name: str, env: Mapping[str, str]) -> ComfyUIFacts:
     python = venv_interpreter(base / ".venv", os_name)
     settings = read_small(base.joinpath(*DESKTOP_SETTINGS))
     flagged = ("comfy.settings.json",) if settings and desktop_sets_sage_flag(settings) else ()
+    ck = ("comfy.settings.json",) if settings and desktop_sets_sage_flag(settings, CK_FLAG) \
+        else ()
     code = next((d for d in desktop_code_dirs(os_name, env) if is_code_dir(d)), None)
     version, where = code_version(code) if code is not None else (None, None)
     return ComfyUIFacts(
@@ -326,7 +336,7 @@ def _desktop(base: Path, source: str, os_name: str, env: Mapping[str, str]) -> C
         code_dir=str(code) if code is not None else None, version=version,
         version_source=where,
         sage_flag_supported=sage_flag_supported(code) if code is not None else None,
-        sage_flag_in=flagged,
+        sage_flag_in=flagged, ck_flag_in=ck,
         problem=None if python.is_file() else f"{base} has no .venv with a Python yet "
         "(Desktop creates it at its first start)")
 
@@ -423,6 +433,7 @@ def comfyui_ways(comfy: ComfyUIFacts, hook_on: bool, table: str) -> str:
         "call and routes nothing.",
     ]
     if hook_on and comfy.sage_flag_in:
-        lines.append(f"  Both are on: the flag wins. Remove {SAGE_FLAG} from "
+        lines.append(f"  Both are on: the flag wins, and the hook stands aside in a ComfyUI "
+                     f"started with it (one router at a time). Remove {SAGE_FLAG} from "
                      f"{', '.join(comfy.sage_flag_in)} to let the hook decide.")
     return "\n".join(lines) + "\n" + table

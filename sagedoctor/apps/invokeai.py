@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import SagedoctorError
-from ..facts import InvokeAIFacts, TargetFacts
+from ..facts import Facts, InvokeAIFacts, TargetFacts
 from ..file_meta import FileMeta, meta_of, restore_meta, write_atomic, write_keeping_meta
 from ..proc import ToolMissing, ToolTimeout
 from ..runtime.records import read_record_bytes
@@ -470,24 +470,35 @@ class SwitchState:
     value: str | None  # attention_backend as invokeai.yaml has it (the setting route)
 
 
-def choose_route(target: TargetFacts) -> Route:
-    """Pure: the setting where the release declares it with a SageAttention choice."""
+def choose_route(target: TargetFacts, facts: Facts | None = None) -> Route:
+    """Pure: the setting where the release declares it with a SageAttention choice, unless
+    the machine's facts say InvokeAI's own scope has no kernel for a GPU here (the hook then)."""
     package = target.invokeai
     if package is None:
         raise InvokeAISwitchError(f"InvokeAI is not installed in {target.prefix}",
                                   "pass --venv <InvokeAI root>/.venv (and --root DIR)")
     choice = next((c for c in package.attention_backend_choices if "sage" in c.lower()), None)
     if package.attention_backend_supported and choice:
+        if facts is not None:
+            from ..decide.app_switch import choose_invokeai_switch
+
+            switch = choose_invokeai_switch(facts)
+            if switch.use == "sagedoctor":
+                return Route("hook", None, switch.why)
         return Route("setting", choice, f"InvokeAI {package.version} has an {KEY} setting")
+    if package.attention_backend_unread is not None:
+        return Route("hook", None, f"InvokeAI {package.version} declares {KEY}, but "
+                     f"{package.attention_backend_unread}")
     return Route("hook", None, f"InvokeAI {package.version} has no {KEY} setting")
 
 
-def switch_state(target: TargetFacts, inv: InvokeAIFacts | None) -> SwitchState | None:
+def switch_state(target: TargetFacts, inv: InvokeAIFacts | None,
+                 facts: Facts | None = None) -> SwitchState | None:
     """None where InvokeAI is not installed in the target venv."""
     from ..hook import hook_on
 
     try:
-        route = choose_route(target)
+        route = choose_route(target, facts)
     except InvokeAISwitchError:
         return None
     version = target.invokeai.version if target.invokeai else "?"
@@ -537,9 +548,9 @@ def _value_before(path: Path, inv: InvokeAIFacts, record: ConfigEdit | None) -> 
 
 def enable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
                        processes: Callable[[], Iterable[ProcessInfo]] = running_processes,
-                       now: datetime | None = None) -> str:
+                       now: datetime | None = None, facts: Facts | None = None) -> str:
     """Turn SageAttention on for this InvokeAI; says which route was taken."""
-    route = choose_route(target)
+    route = choose_route(target, facts)
     if route.kind == "hook":
         from ..hook import enable
 
@@ -562,10 +573,10 @@ def enable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
 
 def disable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
                         processes: Callable[[], Iterable[ProcessInfo]] = running_processes,
-                        now: datetime | None = None) -> str:
+                        now: datetime | None = None, facts: Facts | None = None) -> str:
     """Turn it off again: the file as it was where nothing else changed it since, else only
     the one key put back to its earlier value."""
-    route = choose_route(target)
+    route = choose_route(target, facts)
     if route.kind == "hook":
         from ..hook import disable
 

@@ -25,6 +25,7 @@ class CheckOptions:
     facts_file: Path | None = None
     as_json: bool = False
     verbose: bool = False
+    use: str | None = None  # --use app|sagedoctor
 
 
 def run_check(options: CheckOptions, out: TextIO | None = None) -> int:
@@ -52,9 +53,12 @@ def run_check(options: CheckOptions, out: TextIO | None = None) -> int:
             index = shipped_index()
             problem = [finding("SD190", "error", f"{exc.message} (fix: {exc.fix})",
                                area="sageattention", title="Could not read the wheel index")]
-        findings = list(assess(facts, index).findings) + problem
+        from ..decide.resolve.steps import ResolveOptions
+
+        findings = list(assess(facts, index, ResolveOptions(use=options.use)).findings) \
+            + problem
     else:  # one area: its own findings (a blocked install shows in the whole check)
-        findings = findings_for_areas(diagnose(facts), options.areas)
+        findings = findings_for_areas(diagnose(facts, use=options.use), options.areas)
     if options.as_json:
         stream.write(render_json(facts, findings, getattr(stream, "encoding", None)))
     else:

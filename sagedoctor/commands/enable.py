@@ -40,9 +40,25 @@ def run_enable(target: TargetFacts, out: TextIO | None = None, *,
 
     change = enable(target, comfyui)
     stream.write(change.message + "\n")
+    if target.invokeai is not None:
+        stream.write(_invokeai_switch_note(target))
     if comfyui is not None:
         stream.write(comfyui_ways(comfyui, hook_on=True, table=_verify_table(target)))
     return 0
+
+
+def _invokeai_switch_note(target: TargetFacts) -> str:
+    """Where the InvokeAI root beside the venv selects InvokeAI's own SageAttention switch, the
+    hook stands aside in that venv (one router at a time): said now, not only at its start."""
+    from ..runtime.app_switch import configured_backend
+
+    config = Path(target.prefix).parent / "invokeai.yaml"
+    value = configured_backend(str(config))
+    if value is None or "sage" not in value.lower():
+        return ""
+    return (f"Note: {config} sets attention_backend: {value}, InvokeAI's own switch: the hook "
+            "stands aside while it does (one router at a time). Set it to auto to let the hook "
+            "route.\n")
 
 
 def _named(target: TargetFacts, comfyui: ComfyUIFacts | None) -> str:

@@ -28,6 +28,7 @@ class PlanOptions:
     source_dir: Path | None = None
     use_linux_indexes: bool = True
     as_json: bool = False
+    use: str | None = None  # --use app|sagedoctor
 
 
 def gather(options: PlanOptions) -> tuple[Facts, WheelIndex, Plan | Blocked]:
@@ -40,7 +41,7 @@ def gather(options: PlanOptions) -> tuple[Facts, WheelIndex, Plan | Blocked]:
                                            areas=AREAS))
     source = str(options.source_dir.resolve()) if options.source_dir else None
     result = resolve_plan(facts, index, ResolveOptions(
-        source_dir=source, use_linux_indexes=options.use_linux_indexes))
+        source_dir=source, use_linux_indexes=options.use_linux_indexes, use=options.use))
     return facts, index, result
 
 

@@ -9,7 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..verify import VerifyOutcome, VerifyRun, render_app_shapes, render_table, verify_venv
+from ..verify import (
+    VerifyOutcome,
+    VerifyRun,
+    render_app_rules,
+    render_app_shapes,
+    render_table,
+    verify_venv,
+)
 
 VERDICT_LINES = {
     "routing": "verdict: SageAttention is used where the table says; "
@@ -42,13 +49,16 @@ def progress_printer(stream: TextIO) -> Callable[[dict[str, Any]], None]:
     return show
 
 
-def render_run(run: VerifyRun, repeat: int) -> str:
+def render_run(run: VerifyRun, repeat: int, invokeai: bool = False) -> str:
     """One run's table, app shapes, reuse note, where the decisions went, and the verdict."""
     text = f"run {run.number} of {repeat}:\n" if repeat > 1 else ""
     text += render_table(list(run.results))
     if run.report.get("error"):
         text += f"self-test: {run.report['error']}\n"
     text += render_app_shapes(run.calibration)
+    if invokeai:
+        cuda = run.report.get("torch_cuda")  # the target's answer: a string or nothing
+        text += render_app_rules(run.calibration, cuda if isinstance(cuda, str) else None)
     text += run.reuse
     text += f"decisions written to {run.calibration_path} (self-test {run.seconds:.0f} s)\n"
     return text + VERDICT_LINES[run.verdict] + "\n"
@@ -72,11 +82,15 @@ def verify_and_render(python: Path, prefix: Path, quick: bool, as_json: bool,
     if progress is None:
         progress = progress_printer(sys.stderr if as_json or out is not None else stream)
 
+    from ..probe.invokeai import venv_has_invokeai
+
+    invokeai = venv_has_invokeai(prefix)  # its fixed rule is said beside the measurements
+
     def show(run: VerifyRun) -> None:
         if getattr(stream, "isatty", lambda: False)():
             stream.write("\r\x1b[K")  # the progress line, rewritten in place, is done
         if not as_json:
-            stream.write(render_run(run, repeat))
+            stream.write(render_run(run, repeat, invokeai))
 
     outcome = verify_venv(python, prefix, quick, fresh, repeat, progress=progress,
                           each_run=show)

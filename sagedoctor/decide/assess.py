@@ -33,7 +33,7 @@ def _blocked_fix(fix: str, blockers: tuple[Finding, ...]) -> str:
 def assess(facts: Facts, index: WheelIndex, options: ResolveOptions | None = None,
            runtime_version: str = __version__) -> Assessment:
     options = options or ResolveOptions(runtime_version=runtime_version)
-    findings = diagnose(facts, index, options.runtime_version)
+    findings = diagnose(facts, index, options.runtime_version, use=options.use)
     plan = resolve_plan(facts, index, options)
     if isinstance(plan, Blocked):
         errors = {f.code for f in findings if f.severity == "error"}

@@ -157,6 +157,13 @@ _KINDS = [
                 "triton-windows below 3.3.",
                 "Install the triton-windows the fix line names: torch's pairing, which is below "
                 "3.3 for these torch versions."),
+    FindingKind("SD155", "sageattention", "DIFFUSERS_ATTN_BACKEND is set",
+                "diffusers (0.40+) picks its attention backend from DIFFUSERS_ATTN_BACKEND: "
+                "a sage* backend calls SageAttention itself for models on its dispatcher, with "
+                "no first-call check (a mask raises); sagedoctor's start-up hook stands aside "
+                "in a process started with it (one router at a time).",
+                "Unset it to let the hook route only where verify proved a gain, or keep it "
+                "and leave the hook off; in a script, `sage_scope()` routes one block."),
     FindingKind("SD160", "sageattention", "SageAttention", "The installed SageAttention.", ""),
     FindingKind("SD161", "sageattention", "SageAttention not installed",
                 "SageAttention 2 is not in the target environment.",
@@ -267,6 +274,13 @@ _KINDS = [
                 "with `uv sync --inexact --frozen`) after the last verify: torch may have been "
                 "replaced.",
                 "`sagedoctor post-update --venv VENV`."),
+    FindingKind("SD189", "invokeai", "InvokeAI's attention_backend choices unreadable",
+                "This InvokeAI declares attention_backend, but its type names no choices "
+                "sagedoctor can read from the source (an enum, a type from another module): "
+                "the SageAttention value is not guessed, so nothing is written to "
+                "invokeai.yaml.",
+                "`sagedoctor enable` uses the venv start-up hook; or set the value by hand "
+                "from InvokeAI's docs."),
     FindingKind("SD220", "comfyui", "ComfyUI",
                 "The ComfyUI install: its layout, version, the Python it runs and whether it "
                 "has the --use-sage-attention flag.", ""),
@@ -360,6 +374,13 @@ _KINDS = [
                 "could not be written, and uninstall would not know what the install put in. "
                 "Found before any download.",
                 "Move the named path away (it is not sagedoctor's file), then run again."),
+    FindingKind("SD194", "invokeai", "Which switch routes InvokeAI",
+                "InvokeAI has a SageAttention switch of its own (attention_backend) and "
+                "sagedoctor has its start-up hook: one router at a time. While InvokeAI's is "
+                "on, the hook stands aside. The better one here: InvokeAI's where its kernel "
+                "table serves every GPU, sagedoctor's where it has none (sm75, sm87, sm103, "
+                "sm110) and InvokeAI would stay on SDPA.",
+                "`sagedoctor plan` says which it sets up; `--use app|sagedoctor` overrides."),
     FindingKind("SD195", "invokeai", "invokeai.yaml not writable",
                 "The install's edit step writes invokeai.yaml atomically beside a backup: the "
                 "file and its folder must be writable by this user. Found before any download.",
@@ -383,6 +404,17 @@ _KINDS = [
                 "`verify`, `enable` and `post-update` refuse to arm the runtime until then.",
                 "`sagedoctor install --venv VENV` (it rolls the venv back first) or "
                 "`sagedoctor uninstall --venv VENV`."),
+    FindingKind("SD229", "comfyui", "Which switch routes ComfyUI",
+                "ComfyUI's own switches (--use-sage-attention: `sageattn()` for every unmasked "
+                "call, with no check; --use-ck-attention: Comfy Kitchen's INT8 attention) beside "
+                "sagedoctor's start-up hook: one router at a time, so the hook stands aside in "
+                "a ComfyUI started with --use-sage-attention.",
+                "Keep one: remove the flag from the launcher to let the hook route only where "
+                "verify proved a gain, or `sagedoctor disable` to keep the flag's."),
+    FindingKind("SD230", "comfyui", "Both --use-sage-attention and --use-ck-attention",
+                "A launcher passes both flags; ComfyUI declares them mutually exclusive, so it "
+                "does not start from that launcher.",
+                "Remove one of the two flags from the launcher."),
     FindingKind("SD190", "*", "Could not check",
                 "A probe failed or timed out; its areas were not checked.",
                 "Run with -v for details; the message names the failing step."),

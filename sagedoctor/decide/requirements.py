@@ -67,13 +67,16 @@ def invokeai_sage_choice(facts: Facts) -> str | None:
     return next((c for c in package.attention_backend_choices if "sage" in c.lower()), None)
 
 
-def invokeai_switch_pending(facts: Facts) -> str | None:
-    """The choice to write into invokeai.yaml, where the plan would write it."""
+def invokeai_switch_pending(facts: Facts, use: str | None = None) -> str | None:
+    """The choice to write into invokeai.yaml, where the plan would write it: never where
+    sagedoctor's hook is the better switch (InvokeAI has no kernel for a GPU here, or --use)."""
+    from .app_switch import choose_invokeai_switch
+
     choice = invokeai_sage_choice(facts)
     inv = facts.invokeai
     if choice is None or inv is None or inv.attention_backend == choice:
         return None
-    return choice
+    return choice if choose_invokeai_switch(facts, use).use == "app" else None
 
 
 # --- an install killed half-way --------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+from collections.abc import Mapping
 
 from ..facts import SystemFacts
 from .roots import HostRoots, read_head
@@ -32,7 +33,18 @@ def _linux_memory_gib(meminfo: str) -> float | None:
     return round(int(match.group(1)) / 1024 / 1024, 1) if match else None
 
 
-def probe_system(roots: HostRoots | None = None) -> SystemFacts:
+def diffusers_backend(env: Mapping[str, str]) -> str | None:
+    """DIFFUSERS_ATTN_BACKEND as set; hostile input: only a backend-like name is kept."""
+    value = env.get("DIFFUSERS_ATTN_BACKEND", "").strip()
+    if not value:
+        return None
+    if len(value) <= 60 and re.fullmatch(r"[A-Za-z0-9_\-]+", value):
+        return value
+    return "(a value that is no backend name)"
+
+
+def probe_system(roots: HostRoots | None = None,
+                 env: Mapping[str, str] | None = None) -> SystemFacts:
     proc = (roots or HostRoots()).proc
     system = platform.system().lower() or "unknown"
     release = platform.release()
@@ -57,4 +69,5 @@ def probe_system(roots: HostRoots | None = None) -> SystemFacts:
         wsl=system == "linux" and is_wsl(release, proc_version),
         cpu_count=os.cpu_count() or 1,
         memory_gib=memory,
+        diffusers_attn_backend=diffusers_backend(os.environ if env is None else env),
     )

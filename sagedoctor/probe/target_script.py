@@ -160,12 +160,109 @@ def sage_facts(site_dirs: list[str]) -> dict[str, Any] | None:
             "leftovers": leftovers}
 
 
+TYPING_MODULES = ("typing", "typing_extensions")
+MAX_ALIAS_DEPTH = 8
+
+
+class Unreadable(Exception):
+    """The setting's choices cannot be read from the source: said, never guessed."""
+
+
+def typing_names(body: list[ast.stmt]) -> tuple[dict[str, str], set[str], dict[str, ast.expr]]:
+    """What the module binds at its top level: local names of typing's special forms
+    ({"L": "Literal"}), names of the typing modules themselves ({"t"}), and type aliases
+    (`X = Literal[...]`, `X: TypeAlias = ...`, `type X = ...`)."""
+    forms: dict[str, str] = {}
+    modules: set[str] = set()
+    aliases: dict[str, ast.expr] = {}
+    type_alias = getattr(ast, "TypeAlias", None)  # the `type X = ...` statement, 3.12+
+    for node in body:
+        if isinstance(node, ast.ImportFrom) and node.module in TYPING_MODULES:
+            for alias in node.names:
+                forms[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in TYPING_MODULES:
+                    modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            aliases[node.targets[0].id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and node.value is not None:
+            aliases[node.target.id] = node.value
+        elif type_alias is not None and isinstance(node, type_alias):
+            aliases[node.name.id] = node.value
+    return forms, modules, aliases
+
+
+def _form(node: ast.expr, forms: dict[str, str], modules: set[str]) -> str | None:
+    """Which typing form a subscripted name is: `Literal`, `L` (imported as), `t.Literal`."""
+    if isinstance(node, ast.Name):
+        return forms.get(node.id)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+            and node.value.id in modules:
+        return node.attr
+    return None
+
+
+def _elements(node: ast.Subscript) -> list[ast.expr]:
+    inner = node.slice
+    inner = getattr(inner, "value", inner) if type(inner).__name__ == "Index" else inner  # 3.8
+    return list(inner.elts) if isinstance(inner, ast.Tuple) else [inner]
+
+
+def _shown(node: ast.expr) -> str:
+    unparse = getattr(ast, "unparse", None)
+    return unparse(node)[:80] if unparse else type(node).__name__
+
+
+def literal_choices(node: ast.expr, names: tuple[dict[str, str], set[str], dict[str, ast.expr]],
+                    depth: int = 0) -> list[str]:
+    """The string values an annotation allows, through aliases, `Annotated[...]` (its first
+    argument), `Optional`/`Union`/`|`, and Literal under any import name."""
+    forms, modules, aliases = names
+    if depth > MAX_ALIAS_DEPTH:
+        raise Unreadable("its type aliases nest more than %d deep" % MAX_ALIAS_DEPTH)
+    if isinstance(node, ast.Constant):
+        if node.value is None:
+            return []
+        if isinstance(node.value, str):  # a string annotation: the type written as text
+            try:
+                parsed = ast.parse(node.value, mode="eval").body
+            except SyntaxError:
+                raise Unreadable("its type is the string %r" % node.value[:80]) from None
+            return literal_choices(parsed, names, depth + 1)
+    if isinstance(node, ast.Name) and node.id in aliases:
+        return literal_choices(aliases[node.id], names, depth + 1)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return (literal_choices(node.left, names, depth + 1)
+                + literal_choices(node.right, names, depth + 1))
+    if isinstance(node, ast.Subscript):
+        form = _form(node.value, forms, modules)
+        parts = _elements(node)
+        if form == "Literal":
+            out: list[str] = []
+            for part in parts:
+                if isinstance(part, ast.Constant):
+                    if isinstance(part.value, str):
+                        out.append(part.value)
+                else:  # Literal[Literal[...]], or an enum member: follow or refuse
+                    out += literal_choices(part, names, depth + 1)
+            return out
+        if form == "Annotated" and parts:
+            return literal_choices(parts[0], names, depth + 1)
+        if form in ("Union", "Optional"):
+            return [c for part in parts for c in literal_choices(part, names, depth + 1)]
+    raise Unreadable("its type `%s` names no fixed choices this check can read" % _shown(node))
+
+
 def invokeai_facts() -> dict[str, Any] | None:
     version = dist_version("invokeai")
     if version is None:
         return None
     supported: bool | None = None
     choices: list[str] = []
+    unread: str | None = None
     pkg = package_dir("invokeai")
     config = os.path.join(pkg, "app", "services", "config", "config_default.py") if pkg else None
     tree = None
@@ -173,9 +270,10 @@ def invokeai_facts() -> dict[str, Any] | None:
         try:
             with open(config, encoding="utf-8") as handle:
                 tree = ast.parse(handle.read())
-        except (OSError, SyntaxError, ValueError):
+        except (OSError, SyntaxError, ValueError, RecursionError):
             tree = None
     if tree is not None:
+        names = typing_names(tree.body)
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name == "InvokeAIAppConfig":
                 supported = False
@@ -183,11 +281,15 @@ def invokeai_facts() -> dict[str, Any] | None:
                     if (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
                             and item.target.id == "attention_backend"):
                         supported = True
-                        for sub in ast.walk(item.annotation):
-                            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
-                                choices.append(sub.value)
+                        try:
+                            found = literal_choices(item.annotation, names)
+                        except Unreadable as exc:
+                            unread, found = str(exc), []
+                        except RecursionError:
+                            unread, found = "its type nests too deeply to read", []
+                        choices = list(dict.fromkeys(found))
     return {"version": version, "attention_backend_supported": supported,
-            "attention_backend_choices": choices}
+            "attention_backend_choices": choices, "attention_backend_unread": unread}
 
 
 def pip_importable() -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..facts import VerificationFacts, WrongKernel
+from ..facts import AppShapeSpeed, VerificationFacts, WrongKernel
 from ..state import arming_problem, changes_since, hook_enabled, load_status
 
 
@@ -29,6 +29,20 @@ def wrong_kernels(results: Any) -> tuple[WrongKernel, ...]:
     return tuple(out)
 
 
+def app_shape_speeds(prefix: Path) -> tuple[AppShapeSpeed, ...]:
+    """verify's stored decisions at the apps' shapes, from the venv's calibration.json (an
+    unreadable or absent file: none)."""
+    from ..runtime.decisions import load_calibration
+    from ..runtime.files import CALIBRATION, record_file
+    from ..verify import app_shape_speeds as speeds
+
+    try:
+        data = load_calibration(record_file(str(prefix), CALIBRATION))
+    except (OSError, ValueError):
+        return ()
+    return speeds(data)
+
+
 def read_verification(prefix: Path) -> VerificationFacts:
     status, record = load_status(prefix)
     hooked = hook_enabled(prefix)
@@ -49,4 +63,5 @@ def read_verification(prefix: Path) -> VerificationFacts:
                              verified_at=record.verified_at,
                              sageattention=version("sageattention"), torch=version("torch"),
                              wrong_sageattn=wrong_kernels(record.results), changed=changed,
-                             hooked=hooked, arming_problem=armed)
+                             hooked=hooked, arming_problem=armed,
+                             app_shapes=app_shape_speeds(prefix))

@@ -32,7 +32,8 @@ def plan_dict(result: Plan | Blocked, index_source: str) -> dict[str, Any]:
         "status": "plan" if result.steps else "nothing-to-do",
         "index": index_source, "exit_code": 0, "findings": [],
         "plan": {"python": result.python, "prefix": result.prefix, "os": result.os,
-                 "steps": [step_dict(s) for s in result.steps], "notes": list(result.notes)},
+                 "steps": [step_dict(s) for s in result.steps], "notes": list(result.notes),
+                 "switches": [asdict(s) for s in result.switches]},
     }
 
 

@@ -67,9 +67,10 @@ class FunctionalWatcher:
 
 
 def _on_functional_loaded(module: "ModuleType") -> None:
-    from . import hook
+    from . import app_switch, hook
 
-    if hook.should_arm():
+    # One router at a time: an app's own SageAttention switch that is on goes first.
+    if hook.should_arm() and not app_switch.stands_aside():
         hook.arm(module)
 
 

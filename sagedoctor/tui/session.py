@@ -108,7 +108,8 @@ class Session:
         if target is None or self.facts is None:
             raise InvokeAISwitchError("there is no venv of this machine to change",
                                       "run `sagedoctor tui` without --facts")
-        said = (enable_in_invokeai if on else disable_in_invokeai)(target, self.facts.invokeai)
+        said = (enable_in_invokeai if on else disable_in_invokeai)(
+            target, self.facts.invokeai, facts=self.facts)
         if self.facts.invokeai is not None:
             self.facts = replace(self.facts, invokeai=reread(self.facts.invokeai))
         return said

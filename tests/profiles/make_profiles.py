@@ -305,6 +305,60 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "windows-invokeai-backend-not-set": (WIN_4090, {"target": {"runtime": RUNTIME, "invokeai": {
         "version": "6.15.0", "attention_backend_supported": True,
         "attention_backend_choices": ["auto", "torch-sdp", "sage"]}}}),
+    # InvokeAI's own scope has no kernel for sm75 or sm87 (facts/apps.md): the plan never
+    # writes attention_backend: sage there, and check warns where it is already on (issue 36).
+    "windows-rtx2080-invokeai-switch": (WIN_4090, {"schema_version": 2,
+        "gpu": {"gpus": [gpu(0, "NVIDIA GeForce RTX 2080 SUPER", "7.5", 8192)]},
+        "target": {"torch": {"version": "2.5.1+cu124", "full_version": "2.5.1+cu124",
+                             "cuda": "12.4", "triton_pin": "==3.1.0", "cxx_standard": 17},
+                   "triton_windows": "3.3.1.post21", "sageattention": None, "invokeai": {
+            "version": "6.15.0", "attention_backend_supported": True,
+            "attention_backend_choices": ["auto", "torch-sdp", "sage"]}}}),
+    "linux-orin-invokeai-switch-on": (LINUX_H200, {
+        "system": {"machine": "arm64"},
+        "gpu": {"gpus": [gpu(0, "Orin (nvgpu)", "8.7", None)], "driver_version": "540.4.0"},
+        "target": {"torch": {"version": "2.5.0a0+872d972e41.nv24.08",
+                             "full_version": "2.5.0a0+872d972e41.nv24.08", "cuda": "12.6"},
+                   "triton": "3.1.0",
+                   "invokeai": {"version": "6.15.0", "attention_backend_supported": True,
+                                "attention_backend_choices": ["auto", "torch-sdp", "sage"]}},
+        "toolchain": {"nvcc_version": "12.6.68"},
+        "invokeai": {"root": "/home/ana/invokeai", "root_source": "INVOKEAI_ROOT",
+                     "installed": True, "venv": "/home/ana/invokeai/.venv",
+                     "config_path": "/home/ana/invokeai/invokeai.yaml", "config_exists": True,
+                     "schema_version": "4.0.3", "attention_backend": "sage"}}),
+    # An H100 where verify measured the kernel slower than SDPA at InvokeAI's shapes (issue 36:
+    # SDXL 1024 at 0.68x, FLUX 1024 at 0.75x): InvokeAI's fixed rule would route them, so
+    # sagedoctor's hook, which keeps them on SDPA, is the better switch.
+    "linux-h100-invokeai-rule-slower": (LINUX_H200, {
+        "gpu": {"gpus": [gpu(0, "NVIDIA H100 80GB HBM3", "9.0", 81559)]},
+        "target": {"runtime": RUNTIME, "invokeai": {
+            "version": "6.15.0", "attention_backend_supported": True,
+            "attention_backend_choices": ["auto", "torch-sdp", "sage"]}},
+        "invokeai": {"root": "/home/ana/invokeai", "root_source": "INVOKEAI_ROOT",
+                     "installed": True, "venv": "/home/ana/app/.venv",
+                     "config_path": "/home/ana/invokeai/invokeai.yaml", "config_exists": True,
+                     "schema_version": "4.0.3"},
+        "verification": {
+            "status": "verified", "verdict": "routing",
+            "verified_at": "2026-12-05T10:00:00+00:00", "sageattention": "2.2.0",
+            "torch": "2.11.0", "wrong_sageattn": [], "hooked": True, "app_shapes": [
+                {"gpu": "GPU-6a1f0c2e-0000-0000-0000-000000000000",
+                 "name": "NVIDIA H100 80GB HBM3", "arch": "9.0", "shape": "SDXL 1024x1024",
+                 "head_dim": 64, "tokens": 4096, "kernel": "sage_fp8_sm90", "speedup": 0.68,
+                 "route": False},
+                {"gpu": "GPU-6a1f0c2e-0000-0000-0000-000000000000",
+                 "name": "NVIDIA H100 80GB HBM3", "arch": "9.0", "shape": "FLUX 1024x1024",
+                 "head_dim": 128, "tokens": 4608, "kernel": "sage_fp8_sm90", "speedup": 0.75,
+                 "route": False}]}}),
+    # An InvokeAI whose attention_backend type is an enum: the choices are not guessed (SD189)
+    "windows-invokeai-choices-unreadable": (WIN_4090, {"target": {"runtime": RUNTIME,
+        "invokeai": {"version": "6.15.0", "attention_backend_supported": True,
+                     "attention_backend_choices": [], "attention_backend_unread":
+                     "its type `AttentionBackend` names no fixed choices this check can read"}}}),
+    # check run from a shell with diffusers' own switch on (SD155)
+    "linux-h200-diffusers-sage-backend": (LINUX_H200, {
+        "system": {"diffusers_attn_backend": "sage"}, "target": {"runtime": RUNTIME}}),
     # `--root` names an empty folder: the edit would create an invokeai.yaml InvokeAI never reads
     "windows-invokeai-root-not-a-root": (WIN_4090, {
         "target": {"runtime": RUNTIME, "invokeai": {

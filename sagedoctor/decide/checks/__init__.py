@@ -12,7 +12,13 @@ from ... import __version__
 from ...facts import Facts, TargetFacts
 from ...index import WheelIndex, shipped_index
 from ..findings import AREAS, Finding, finding
-from .apps import check_comfyui, check_invokeai, for_comfyui_target, runs_comfyui
+from .apps import (
+    check_comfyui,
+    check_diffusers,
+    check_invokeai,
+    for_comfyui_target,
+    runs_comfyui,
+)
 from .gpu import check_gpu
 from .python import check_interrupted, check_python
 from .pytorch import check_torch
@@ -38,6 +44,7 @@ class CheckInput:
     os_name: str
     runtime_version: str
     so_far: tuple[Finding, ...]
+    use: str | None = None  # --use app|sagedoctor: the switch chosen by hand
 
 
 @dataclass(frozen=True)
@@ -77,8 +84,9 @@ CHECKS: tuple[Check, ...] = (
     Check("sageattention", _for_target(lambda t, c: check_sageattention(
         t, c.facts.gpu, c.os_name, c.index, c.runtime_version))),
     Check("sageattention", _for_target(lambda t, c: check_verification(c.facts, c.os_name))),
+    Check("sageattention", lambda c: check_diffusers(c.facts)),
     Check("toolchain", _toolchain),  # after sageattention: whether a build is needed
-    Check("invokeai", lambda c: check_invokeai(c.facts)),
+    Check("invokeai", lambda c: check_invokeai(c.facts, c.use)),
     Check("comfyui", lambda c: check_comfyui(c.facts, c.os_name)),
 )
 
@@ -91,7 +99,7 @@ def _crashed(check: Check, exc: Exception) -> Finding:
 
 def diagnose(facts: Facts, index: WheelIndex | None = None,
              runtime_version: str = __version__,
-             checks: tuple[Check, ...] = CHECKS) -> list[Finding]:
+             checks: tuple[Check, ...] = CHECKS, use: str | None = None) -> list[Finding]:
     """Every finding for the facts at hand, in area order; areas without facts are skipped.
 
     The index supplies the Triton pairing and nvcc minimums (default: the shipped one). A
@@ -101,7 +109,8 @@ def diagnose(facts: Facts, index: WheelIndex | None = None,
     out: list[Finding] = []
     for check in checks:
         try:
-            out += check.run(CheckInput(facts, index, os_name, runtime_version, tuple(out)))
+            out += check.run(CheckInput(facts, index, os_name, runtime_version, tuple(out),
+                                        use))
         except Exception as exc:  # a bug in one rule must not hide every other finding
             out.append(_crashed(check, exc))
     for failure in facts.probe_failures:

@@ -12,19 +12,21 @@ from ...facts import (
     TargetFacts,
     VerificationFacts,
 )
+from ..app_switch import choose_invokeai_switch
 from ..findings import Finding, finding
 from ..fixes import (
     quote,
     quoted_prefix,
 )
 from ..requirements import (
+    invokeai_sage_choice,
     invokeai_switch_pending,
     verification_is_current,
 )
 from .sage import recorded_wrong_sageattn
 
 
-def check_invokeai(facts: Facts) -> list[Finding]:
+def check_invokeai(facts: Facts, use: str | None = None) -> list[Finding]:
     inv = facts.invokeai
     if inv is None:
         return []
@@ -42,7 +44,7 @@ def check_invokeai(facts: Facts) -> list[Finding]:
                         "no launcher marker and no invokeai package in a .venv")]
     out.append(finding("SD180", "ok", f"{_invokeai_version(facts, inv)} at {inv.root} (from "
                        f"{inv.root_source}); {config}"))
-    pending = invokeai_switch_pending(facts)
+    pending = invokeai_switch_pending(facts, use)
     if inv.root_source == "--root" and not inv.installed and not inv.config_exists:
         # The plan's edit would create invokeai.yaml in a folder InvokeAI never reads.
         out.append(finding("SD197", "error" if pending else "warn",
@@ -55,10 +57,14 @@ def check_invokeai(facts: Facts) -> list[Finding]:
         out.append(finding("SD193", "error", f"{inv.config_path or 'invokeai.yaml'} does not "
                            f"set attention_backend: {pending}",
                            f"sagedoctor install --venv {quoted_prefix(facts.target, os_name)}"))
+    out += switch_findings(facts, use)
     if inv.attention_type == "sliced":
         out.append(finding("SD185", "warn", f"{inv.config_path} sets attention_type: sliced"))
     out += launcher_update_findings(inv, facts.verification,
                                     facts.system.os if facts.system else "linux")
+    if package is not None and package.attention_backend_unread is not None:
+        out.append(finding("SD189", "warn", f"InvokeAI {package.version}: attention_backend "
+                           f"is declared, but {package.attention_backend_unread}"))
     if package is not None and package.attention_backend_supported is False:
         out.append(finding("SD182", "info", f"InvokeAI {package.version}"))
         if inv.attention_backend is not None:
@@ -77,6 +83,49 @@ def _invokeai_version(facts: Facts, inv: InvokeAIFacts) -> str:
         return "InvokeAI root (its venv holds no invokeai package)"
     return "InvokeAI (its venv not inspected" + (
         f": the target is {facts.target.prefix})" if facts.target else ")")
+
+
+def switch_findings(facts: Facts, use: str | None = None) -> list[Finding]:
+    """SD194: InvokeAI's own switch and sagedoctor's hook side by side, which one serves, and
+    which is the better one here (a warning where InvokeAI's is on but serves no GPU)."""
+    inv, sage = facts.invokeai, invokeai_sage_choice(facts)
+    if inv is None or sage is None:
+        return []
+    switch = choose_invokeai_switch(facts, use)
+    app_on = inv.attention_backend == sage
+    hooked = facts.verification is not None and facts.verification.hooked
+    aside = "; the hook stands aside" if hooked else ""
+    if app_on and not switch.app_serves:
+        serves = f"InvokeAI's own switch is on but has no kernel here: SDPA serves{aside}"
+    elif app_on:
+        serves = f"InvokeAI's own switch serves{aside}"
+    else:
+        serves = "sagedoctor's hook serves" if hooked else "neither is on"
+    better = "InvokeAI's own switch" if switch.use == "app" else "sagedoctor's hook"
+    detail = (f"attention_backend: {inv.attention_backend or 'not set'}, start-up hook "
+              f"{'on' if hooked else 'off'}: {serves}. Better here: {better}: {switch.why}")
+    wrong = app_on and not switch.app_serves
+    fix = ("set attention_backend: auto in invokeai.yaml and run `sagedoctor enable`"
+           if wrong else None)
+    return [finding("SD194", "warn" if wrong else "info", detail, fix)]
+
+
+def check_diffusers(facts: Facts) -> list[Finding]:
+    """SD155: diffusers' own switch, as the shell check ran in has it, beside the hook."""
+    backend = facts.system.diffusers_attn_backend if facts.system else None
+    if backend is None:
+        return []
+    hooked = facts.verification is not None and facts.verification.hooked
+    sage = backend.lstrip("_").lower().startswith("sage")
+    if sage:
+        serves = (f"diffusers calls SageAttention itself ({backend}) for models on its "
+                  "dispatcher, with no check; sagedoctor's start-up hook "
+                  + ("stands aside in processes started with it" if hooked else "is off"))
+    else:
+        serves = (f"diffusers uses its {backend} backend; sagedoctor's start-up hook "
+                  + ("routes what reaches SDPA" if hooked else "is off"))
+    return [finding("SD155", "info", f"DIFFUSERS_ATTN_BACKEND={backend}: {serves}",
+                    None if sage else "")]
 
 
 def runs_comfyui(comfy: ComfyUIFacts, target: TargetFacts | None, os_name: str) -> bool:
@@ -151,6 +200,7 @@ def check_comfyui(facts: Facts, os_name: str) -> list[Finding]:
         else:
             out.append(finding("SD225", "warn", f"{comfy.pth_file} has no `import site` line: "
                                "this Python never reads site-packages' .pth files"))
+    out += comfyui_switch_findings(facts, ours)
     where = ", ".join(comfy.sage_flag_in)
     if comfy.sage_flag_in and comfy.sage_flag_supported is False:
         # A warning: no install fixes a launcher, so an error would leave check and plan
@@ -186,6 +236,39 @@ def _flag_findings(facts: Facts, where: str, folder: str) -> list[Finding]:
             "this GPU at the shapes it measured: the flag makes attention slower",
             f"remove {SAGE_FLAG} from {where}; `sagedoctor enable --comfyui {folder}` "
             "routes only where verify proved a gain"))
+    return out
+
+
+CK_FLAG = "--use-ck-attention"
+
+
+def comfyui_switch_findings(facts: Facts, ours: bool) -> list[Finding]:
+    """SD230 where one launcher passes both flags; SD229: ComfyUI's own switches beside
+    sagedoctor's hook (for the ComfyUI whose Python was inspected), and which one serves."""
+    comfy = facts.comfyui
+    if comfy is None:
+        return []
+    out = []
+    both = [name for name in comfy.sage_flag_in if name in comfy.ck_flag_in]
+    if both:
+        out.append(finding("SD230", "error", f"{', '.join(both)} passes both {SAGE_FLAG} and "
+                           f"{CK_FLAG}"))
+    hooked = facts.verification is not None and facts.verification.hooked
+    if not ours or not (comfy.sage_flag_in or comfy.ck_flag_in or hooked):
+        return out
+    parts = []
+    if comfy.sage_flag_in:
+        parts.append(f"{SAGE_FLAG} ({', '.join(comfy.sage_flag_in)}) serves: `sageattn()` for "
+                     "every unmasked call, no check" + ("; the start-up hook stands aside "
+                                                         "there" if hooked else ""))
+    if comfy.ck_flag_in:
+        parts.append(f"{CK_FLAG} ({', '.join(comfy.ck_flag_in)}): Comfy Kitchen's INT8 "
+                     "attention serves ComfyUI's own attention calls, not SageAttention")
+    if not comfy.sage_flag_in:
+        parts.append("sagedoctor's start-up hook " + (
+            "serves (it routes only where verify proved a gain)" if hooked else "is off"))
+    fix = None if hooked and comfy.sage_flag_in else ""
+    out.append(finding("SD229", "info", "; ".join(parts), fix))
     return out
 
 

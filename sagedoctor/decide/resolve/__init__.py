@@ -16,7 +16,14 @@ from ..matrix import (
     usable_gpus,
 )
 from .linux import resolve_linux
-from .steps import ResolveOptions, cleanup_steps, final_steps, nvidia_gpus, recover_steps
+from .steps import (
+    ResolveOptions,
+    app_switches,
+    cleanup_steps,
+    final_steps,
+    nvidia_gpus,
+    recover_steps,
+)
 from .windows import resolve_windows
 
 # Findings from `check` that no install step can fix: the plan stops and shows them, at the
@@ -41,7 +48,7 @@ def resolve_plan(facts: Facts, index: WheelIndex,
             "SD190", "error", "the target environment was not inspected", area="python",
             title="Could not check python"),))
     os_name = facts.system.os
-    blockers = [f for f in diagnose(facts, index, options.runtime_version)
+    blockers = [f for f in diagnose(facts, index, options.runtime_version, use=options.use)
                 if f.fatal or (f.code in _BLOCKING_CODES and f.severity == "error")]
     if blockers:
         return Blocked(tuple(blockers))
@@ -68,4 +75,5 @@ def resolve_plan(facts: Facts, index: WheelIndex,
     recover, recover_notes = recover_steps(facts)
     return Plan(python=target.executable, prefix=target.prefix, os=os_name,
                 steps=tuple(recover + steps + final),
-                notes=tuple(recover_notes + notes + final_notes))
+                notes=tuple(recover_notes + notes + final_notes),
+                switches=app_switches(facts, options))

@@ -10,7 +10,8 @@ from packaging.version import Version
 
 from ... import __version__
 from ...facts import Facts, Gpu, TargetFacts
-from ...plan import Step
+from ...plan import Step, Switch
+from ..app_switch import choose_invokeai_switch
 from ..matrix import required_sage_modules
 from ..requirements import (
     describe_pending,
@@ -35,6 +36,8 @@ class ResolveOptions:
     source_dir: str | None = None  # build this folder instead of the pinned commit (Linux)
     use_linux_indexes: bool = True
     enable_invokeai: bool = True
+    # --use app|sagedoctor: which switch routes an app that has its own (None: the better one)
+    use: str | None = None
     runtime_version: str = __version__
     # post-update: the installed build stopped working (it no longer imports after a torch
     # change), so it is replaced even where its files look complete.
@@ -100,14 +103,31 @@ def final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
     package = target.invokeai
     inv = facts.invokeai
     if options.enable_invokeai and package is not None and inv is not None:
-        choice = invokeai_switch_pending(facts)
-        if invokeai_sage_choice(facts) is not None:
+        choice = invokeai_switch_pending(facts, options.use)
+        sage = invokeai_sage_choice(facts)
+        if sage is not None:
+            switch = choose_invokeai_switch(facts, options.use)
             if choice is not None:
                 steps.append(Step(
                     "enable-invokeai", f"Set attention_backend: {choice} in invokeai.yaml",
-                    f"InvokeAI {package.version} has an attention_backend setting",
+                    f"InvokeAI {package.version} has an attention_backend setting; "
+                    f"{switch.why}",
                     paths=(inv.config_path,) if inv.config_path else (),
                     config=(("attention_backend", choice),)))
+            elif switch.use == "sagedoctor":
+                on = (f"; {inv.config_path} sets attention_backend: {sage} now, and the hook "
+                      "stands aside while it does: set it to auto"
+                      if inv.attention_backend == sage else "")
+                hooked = facts.verification is not None and facts.verification.hooked
+                hook = "the start-up hook is on" if hooked else \
+                    "`sagedoctor enable` turns the hook on"
+                notes.append(f"InvokeAI {package.version}: attention_backend: {sage} is not "
+                             f"written: {switch.why}{on}; {hook}")
+        elif package.attention_backend_unread is not None:
+            notes.append(f"InvokeAI {package.version} declares attention_backend, but "
+                         f"{package.attention_backend_unread}: nothing is written to "
+                         "invokeai.yaml; `sagedoctor enable` turns the runtime on through a "
+                         "start-up hook")
         else:
             notes.append(f"InvokeAI {package.version} has no attention_backend setting: "
                          "`sagedoctor enable` turns the runtime on through a start-up hook")
@@ -122,6 +142,16 @@ def final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
                           "the start-up hook is on and no verify covers the build installed "
                           "now, so the runtime keeps SageAttention off until one passes"))
     return steps, notes
+
+
+def app_switches(facts: Facts, options: ResolveOptions) -> tuple[Switch, ...]:
+    """The switch chosen for each app here that has one of its own (the plan's --json)."""
+    target = facts.target
+    if not options.enable_invokeai or target is None or target.invokeai is None \
+            or invokeai_sage_choice(facts) is None:
+        return ()
+    choice = choose_invokeai_switch(facts, options.use)
+    return (Switch(choice.app, choice.use, choice.why, choice.forced),)
 
 
 def recover_steps(facts: Facts) -> tuple[list[Step], list[str]]:
