@@ -76,7 +76,14 @@ def prepare_tree(source: Path, work: Path, settings: BuildSettings) -> tuple[Pat
     """The build's own copy of the source (never the user's folder), patched to the plan's
     C++ standard; returns it and the patches made."""
     tree = work / "src"
-    shutil.copytree(source, tree, ignore=shutil.ignore_patterns("build", "*.egg-info", ".git"))
+    try:  # links are copied as links: `loop -> .` or a link to a data folder is not walked
+        shutil.copytree(source, tree, symlinks=True,
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", ".git"))
+    except (OSError, RecursionError) as exc:  # shutil.Error lists each file that failed
+        detail = str(exc)[:300]
+        raise InstallError(f"{source} could not be copied for the build: {detail}",
+                           "the venv was not changed; pass a readable SageAttention source "
+                           "folder") from exc
     patches = (patch_cxx_standard(tree, settings.cxx_standard)
                if settings.cxx_standard is not None else [])
     return tree, patches
