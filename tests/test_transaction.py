@@ -561,7 +561,7 @@ def test_two_installs_with_different_state_folders_meet_at_the_venv(
         build_pids(tmp_path)
         with pytest.raises(InstallLocked) as info:
             executor(python, tmp_path, build_step(fake_source(tmp_path / "src2"))).run("0.1.0")
-        assert info.value.code == "SD911" and "another state folder" in info.value.message
+        assert info.value.code == "SD911" and "it uses another state folder" in info.value.message
         assert not list((tmp_path / "state").rglob("journal.json"))
     finally:
         first.send_signal(signal.SIGTERM)
