@@ -12,8 +12,11 @@ each install step of a real venv, proven harmless by hashes.
    the sha256 it had before; a file lost is one that was there before and is gone.
    Then the machine's own faults: a truncated source archive, a sitecustomize that prints, no
    space left in the state folder (/dev/full), a hostile file name, a standard output closed
-   or full, escapes in a GPU name, and SIGHUP (its terminal closed) in the TUI mid-build. Each
-   must end in the one outcome it should ("handled" where it is met without an error).
+   or full, escapes in a GPU name, and SIGHUP (its terminal closed) in the TUI mid-build.
+   Then issue 34's signals and races: a stale journal whose PID is another live process now
+   (D1), two installs with different state folders (D7), Ctrl+C in the smoke check (D13), an
+   uninstall between an install's plan and its lock (D15). Each must end in the one outcome
+   it should ("handled" where it is met without an error).
 
 Exit status 1 when a fuzz test fails, a fault ends in anything but our error, a venv is not
 intact or a file is lost. No GPU needed; about two minutes on two cores.
@@ -483,6 +486,95 @@ def sigkill_then_recover(venv: Venv, folder: Path, mid: str) -> None:
     raise SignalOutcome("killed; next run: " + _driver_code(out))
 
 
+# --- issue 34's signals and races -----------------------------------------------------------
+
+def stale_journal_pid_reused(venv: Venv, folder: Path) -> None:
+    """D1: a journal left by a killed run whose PID now belongs to an unrelated live process
+    (after a reboot): the lock is free, so it is recovered (SD914: plan again), not waited on."""
+    from sagedoctor.install.lock import venv_state_dir
+    from sagedoctor.install.transaction import Journal
+
+    prefix = venv.python.parent.parent
+    unrelated = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        journal = Journal(venv_state_dir(prefix, folder / "state"))
+        journal.begin(venv.python, prefix, folder / "old work", folder / "old.log")
+        journal.write(pid=unrelated.pid, build_pgid=unrelated.pid, boot="an earlier boot")
+        said: list[str] = []
+        try:
+            expect("SD914", lambda: venv.executor(folder, good_wheel(venv, folder),
+                                                  progress=said.append).run("0.1.0"))
+        finally:
+            if unrelated.poll() is not None:
+                raise WrongOutcome("the unrelated process (its group) was killed")
+            if journal.path.exists():
+                raise WrongOutcome("the stale journal is still there")
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+
+
+def two_state_folders(venv: Venv, folder: Path) -> None:
+    """D7: an install with another XDG_STATE_HOME (another lock there) is building; a second
+    install meets the lock on the venv itself (SD911)."""
+    first = start(venv.python, fake_source(folder / "src", slow=True), folder,
+                  state=folder / "another state")
+    try:
+        build_pids(folder)
+        expect("SD911", lambda: venv.executor(folder, good_wheel(venv, folder)).run("0.1.0"))
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+
+
+def ctrl_c_in_the_smoke_check(venv: Venv, folder: Path) -> None:
+    """D13: SIGINT (Ctrl+C) while the new kernel's smoke check runs: rolled back, the reason
+    said ("stopped by Ctrl+C"), SD912 with exit status 130."""
+    (folder / "hang").write_text("", encoding="utf-8")  # the new sageattn() hangs
+    proc = start(venv.python, fake_source(folder / "src"), folder)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("smoke check:"):
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    out = "".join(seen) + out
+    if "rolling back: stopped by Ctrl+C" not in out or "exit=130" not in out:
+        raise WrongOutcome("no reason or not 130: " + out.strip().splitlines()[-1][:80])
+    raise SignalOutcome(_driver_code(out))
+
+
+def install_after_an_uninstall(venv: Venv, folder: Path) -> None:
+    """D15: the install planned an upgrade of the sageattention there; an uninstall removed
+    it before the install took the lock. Planned again under the lock, the plan differs:
+    SD919, and the install changed nothing (proven against the venv as the uninstall left
+    it); the old sageattention is then put back as it was, by uv."""
+    from sagedoctor.install.execute import installed_distributions
+    from sagedoctor.plan import Plan
+
+    step = good_wheel(venv, folder)
+
+    def planned() -> Plan:
+        upgrade = "sageattention" in installed_distributions(venv.python)
+        return plan(venv.python, *([step] if upgrade else []))
+
+    made = planned()
+    installer = Installer.for_target(venv.python, venv.root / "uv-cache")
+    installer.uninstall(["sageattention"])  # the racing `uninstall --all`
+    left = tree_hashes(venv.site)
+    try:
+        expect("SD919", lambda: venv.executor(folder, *made.steps, replan=planned)
+               .run("0.1.0"))
+    finally:
+        changed = tree_hashes(venv.site) != left
+        installer.install([str(venv.root / "old" / OLD_WHEEL)])
+        if changed:
+            raise WrongOutcome("the refused install changed the venv")
+
+
 FAULTS: list[tuple[str, str, Callable[[Venv, Path], None]]] = [
     ("download", "server gone mid-download", server_gone),
     ("download", "digest mismatch", digest_mismatch),
@@ -505,6 +597,10 @@ FAULTS: list[tuple[str, str, Callable[[Venv, Path], None]]] = [
     ("cli output", "stdout closed, its reader gone, full", closed_stdout),
     ("cli output", "escapes in a GPU name (--facts)", hostile_gpu_name),
     ("tui", "SIGHUP (terminal closed) mid-build", sighup_in_the_tui),
+    ("lock", "a stale journal, its PID reused", stale_journal_pid_reused),
+    ("lock", "two installs, two state folders", two_state_folders),
+    ("smoke check", "Ctrl+C (SIGINT) in the smoke check", ctrl_c_in_the_smoke_check),
+    ("lock", "an uninstall between plan and lock", install_after_an_uninstall),
 ]
 
 
@@ -543,12 +639,16 @@ def inject(venv: Venv, step: str, name: str, fault: Callable[[Venv, Path], None]
     return Result(step, name, outcome, intact, lost, changed, seconds, note)
 
 
+OLD_VERSION = "2.1.1"
+OLD_WHEEL = f"sageattention-{OLD_VERSION}-py3-none-any.whl"
+
+
 def run_faults(root: Path, only: str = "") -> list[Result]:
     os.environ["SAGEDOCTOR_SMOKE_DEVICE"] = "cpu"
     os.environ.setdefault("TMPDIR", str(root))
     with serving() as server:
         python, site = torch_venv(root / "venv ü")
-        old = make_wheel(root / "old", "sageattention", "2.1.1",
+        old = make_wheel(root / "old", "sageattention", OLD_VERSION,
                          {"sageattention/__init__.py": "def sageattn(*a, **k): pass\n",
                           "sageattention/core.py": "OLD = True\n"})
         Installer.for_target(python, root / "uv-cache").install([str(old)])

@@ -126,3 +126,72 @@ def test_a_damaged_cache_entry_is_a_miss_not_an_install(tmp_path: Path) -> None:
     assert not stored.exists() and cache.measured("https://x.org/f.whl") is None
     assert said == ["f.whl in the download cache is damaged: its sha256 is no longer the one "
                     "it was stored under; removed it, so it is downloaded afresh"]
+
+
+# --- D19: hostile source archives and folders --------------------------------------------------
+
+def _tar_gz(path: Path, members: dict[str, bytes]) -> Path:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["zero bytes", "an empty tar", "only a file"])
+def test_an_empty_source_archive_is_refused_plainly(tmp_path: Path, kind: str) -> None:
+    from sagedoctor.install.fetch import extract_source
+    from sagedoctor.install.runner import InstallError
+
+    archive = tmp_path / "SageAttention-x.tar.gz"
+    if kind == "zero bytes":
+        archive.write_bytes(b"")
+    else:
+        _tar_gz(archive, {} if kind == "an empty tar" else {"setup.py": b"x"})
+    with pytest.raises(InstallError) as info:
+        extract_source(archive, tmp_path / "out")
+    assert archive.name in info.value.message and "nothing was installed" in info.value.fix
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_unpacked(tmp_path: Path) -> None:
+    from sagedoctor.install.fetch import extract_source
+    from sagedoctor.install.runner import InstallError
+
+    archive = _tar_gz(tmp_path / "bomb.tar.gz", {"src/setup.py": b"x",
+                                                 "src/zeros": bytes(4 << 20)})
+    assert archive.stat().st_size < 64 << 10  # 4 MiB of zeros, a few KiB compressed
+    with pytest.raises(InstallError, match="unpacks to more than 1 MiB"):
+        extract_source(archive, tmp_path / "out", max_bytes=1 << 20)
+    assert not (tmp_path / "out" / "src" / "zeros").exists()  # nothing of it written
+    with pytest.raises(InstallError, match="or 3 files"):
+        extract_source(_tar_gz(tmp_path / "many.tar.gz", {f"src/{i}": b"" for i in range(5)}),
+                       tmp_path / "out2", max_members=3)
+    root = extract_source(archive, tmp_path / "out3", max_bytes=8 << 20)  # within bounds
+    assert (root / "zeros").stat().st_size == 4 << 20
+
+
+def test_a_source_folder_with_a_symlink_loop_is_copied_without_following_links(
+        tmp_path: Path) -> None:
+    """`loop -> .` was an internal error, and links were followed (754 MB copied)."""
+    from sagedoctor.install.source_build import prepare_tree
+    from tests.test_install_kit import fake_source, settings_for
+
+    source = fake_source(tmp_path / "src")
+    (source / "loop").symlink_to(".")
+    data = tmp_path / "models"
+    data.mkdir()
+    (data / "weights.bin").write_bytes(bytes(1 << 20))
+    (source / "models").symlink_to(data)
+    work = tmp_path / "work"
+    work.mkdir()
+    tree, _patches = prepare_tree(source, work, settings_for(str(source)))
+    assert (tree / "setup.py").is_file()
+    assert (tree / "loop").is_symlink() and (tree / "models").is_symlink()
+    copied = sum(p.stat().st_size for p in tree.rglob("*")
+                 if p.is_file() and not p.is_symlink() and "loop" not in p.parts
+                 and "models" not in p.parts)
+    assert copied < 64 << 10

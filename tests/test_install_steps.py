@@ -495,3 +495,27 @@ def test_a_record_path_taken_after_the_preflight_says_the_install_was_committed(
     assert "the install was committed" in info.value.message, info.value.message
     assert str(record) in info.value.message and "move" in info.value.fix
     assert installed_distributions(python)["sageattention"] == "2.2.0"
+
+
+def test_the_same_source_folder_installed_twice_changes_nothing_the_second_time(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    """`install --source DIR` run twice rebuilt (161 s on an H100) and reinstalled: the
+    built wheel is cached by the folder's files, and a wheel in place file for file is not
+    installed again (no snapshot, no uv, no smoke check). A changed file builds again."""
+    python, packages = venv
+    source = fake_source(tmp_path / "my source")
+    step = Step("build-from-source", "Build", "why", ("sageattention",),
+                build=settings_for(str(source)))
+    _first, out = run(python, tmp_path, step)
+    assert "building:" in out and "smoke check:" in out
+    installed = tree_hashes(packages)
+    _again, out = run(python, tmp_path, step)
+    assert "building:" not in out and f"{source} (its files unchanged)" in out, out
+    assert "is installed already, every file as in the wheel: nothing to change" in out
+    assert "smoke check:" not in out and "committed" not in out
+    assert tree_hashes(packages) == installed
+    assert not list((tmp_path / "state").rglob("journal.json"))
+    (source / "sageattention" / "__init__.py").write_text(SAGE_GOOD + "\n# changed\n",
+                                                           encoding="utf-8")
+    _third, out = run(python, tmp_path, step)
+    assert "building:" in out and "committed" in out

@@ -415,6 +415,11 @@ def test_a_stale_journal_whose_pid_now_is_another_process_is_recovered(
         pending = pending_install(prefix)
         assert pending is not None and not pending.running, pending
         assert pending.pid == unrelated.pid
+        env = dict(clean_env(tmp_path), XDG_STATE_HOME=str(tmp_path / "xdg"))
+        refused = run_cli(["enable", "--venv", str(prefix)], env, timeout=120)
+        said = refused.stdout + refused.stderr
+        assert "SD199" in said and "an install was interrupted" in said, said
+        assert "wait for it" not in said and "sagedoctor install --venv" in said
         said: list[str] = []
         assert recover_pending(prefix, said.append)  # what `sagedoctor install` runs first
         assert any("was interrupted; recovering" in m for m in said), said
@@ -561,7 +566,7 @@ def test_two_installs_with_different_state_folders_meet_at_the_venv(
         build_pids(tmp_path)
         with pytest.raises(InstallLocked) as info:
             executor(python, tmp_path, build_step(fake_source(tmp_path / "src2"))).run("0.1.0")
-        assert info.value.code == "SD911" and "another state folder" in info.value.message
+        assert info.value.code == "SD911" and "it uses another state folder" in info.value.message
         assert not list((tmp_path / "state").rglob("journal.json"))
     finally:
         first.send_signal(signal.SIGTERM)

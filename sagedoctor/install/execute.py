@@ -51,7 +51,16 @@ from ..events import (
     StepStarted,
     step_lines,
 )
-from ..plan import ACTIONS, PACKAGE_ACTIONS, SAGE_ACTIONS, Blocked, BuildSettings, Plan, Step
+from ..plan import (
+    ACTIONS,
+    CHANGING_ACTIONS,
+    PACKAGE_ACTIONS,
+    SAGE_ACTIONS,
+    Blocked,
+    BuildSettings,
+    Plan,
+    Step,
+)
 from ..proc import ToolMissing, ToolTimeout
 from ..state import record_install
 from ..target_answer import ask_target, with_answer_function
@@ -73,7 +82,7 @@ from .runner import Installer, InstallError
 from .signals import deferred, interrupts_raise
 from .simple_index import resolve_from_index
 from .smoke import SMOKE_TIMEOUT_S, run_smoke
-from .source_build import build_wheel
+from .source_build import build_wheel, source_tree_digest
 from .transaction import (
     LIGHT,
     Journal,
@@ -85,7 +94,7 @@ from .transaction import (
     take_snapshot,
     target_state,
 )
-from .wheelcheck import check_wheel, landing_paths
+from .wheelcheck import check_wheel, landing_paths, wheel_in_place
 
 Progress = Callable[[str], None]  # each event's text (events.step_lines): the CLI's lines
 DEFAULT_INDEX = "https://pypi.org/simple/"
@@ -198,6 +207,7 @@ class Executor:
         self.target: dict[str, Any] = {}
         self.fallback_reasons: list[str] = []
         self.build_patches: list[str] = []  # what a source build patched in its copy
+        self.edits: list[ConfigEdit] = []  # the invokeai.yaml edits of this run
         work.mkdir(parents=True, exist_ok=True)
 
     # --- the run ----------------------------------------------------------------------------
@@ -303,6 +313,8 @@ class Executor:
                 self.say(f"{reason}; building from source before changing anything")
                 use_build = True
                 continue
+            if self._all_in_place(prepared):
+                return
             try:
                 self._transaction(prepared)
                 return
@@ -316,6 +328,22 @@ class Executor:
                 self.say(f"{reason}, so it was rolled back; taking the next route: the "
                          "source build of the pinned commit")
                 use_build = True
+
+    def _all_in_place(self, prepared: dict[int, Path]) -> bool:
+        """Every step would reinstall a wheel that is in place already, file for file: the
+        venv is not touched (no snapshot, no uv, no smoke check)."""
+        changing = [n for n, s in enumerate(self.plan.steps, 1) if s.action in CHANGING_ACTIONS]
+        if not changing or any(n not in prepared for n in changing):
+            return False
+        purelib = Path(self.target["purelib"])
+        if not all(wheel_in_place(prepared[n], purelib) for n in changing):
+            return False
+        for n in changing:
+            self.say(f"{prepared[n].name} is installed already, every file as in the wheel: "
+                     "nothing to change")
+        dists = {str(k): str(v) for k, v in (self.target.get("all") or {}).items()}
+        self._write_records(dists, dists)  # how it was built, as a commit would say it
+        return True
 
     def _forget_built(self, prepared: dict[int, Path]) -> None:
         """A built wheel whose kernel failed the smoke check leaves the cache: the next run
@@ -427,19 +455,25 @@ class Executor:
         url = self.source_url or settings.source
 
         def key_for(digest: str | None) -> str | None:
-            if settings.commit is None or digest is None:
+            if digest is None:
                 return None
-            return built_key(settings.commit, torch, python_tag, settings.arch_list,
-                             settings.cxx_standard, digest)
+            return built_key(settings.commit or "folder", torch, python_tag,
+                             settings.arch_list, settings.cxx_standard, digest)
 
-        # The archive's digest is part of the key: the index's pin, else the one measured
-        # for this URL (a wheel built from one archive is not one the index pins another for).
-        key = key_for(settings.source_sha256 or self.cache.measured(url))
-        if key is not None and settings.commit is not None:
+        # The source's digest is part of the key: for the pinned archive the index's pin,
+        # else the one measured for this URL (a wheel built from one archive is not one the
+        # index pins another for); for a folder (--source DIR) its files' digest.
+        if settings.commit is not None:
+            key = key_for(settings.source_sha256 or self.cache.measured(url))
+        else:
+            key = key_for(source_tree_digest(Path(settings.source)))
+        if key is not None:
             hit = self.cache.built_wheel(key)
             if hit is not None:
                 self.build_patches += self.cache.built_patches(key)
-                self.say(f"{hit.name}: built before from {settings.commit[:7]} for torch "
+                built_from = (settings.commit[:7] if settings.commit is not None
+                              else f"{settings.source} (its files unchanged)")
+                self.say(f"{hit.name}: built before from {built_from} for torch "
                          f"{torch}, {python_tag}, {settings.label} (from the cache)")
                 return hit
         source = Path(settings.source)
@@ -501,7 +535,7 @@ class Executor:
                            backup_dir=str(self.journal.backup), edited_files=[])
         dists_before: dict[str, str] = before["all"]
         self.done = []
-        self.edits: list[ConfigEdit] = []
+        self.edits = []
         try:
             self._apply(prepared, moves)
             self._smoke()
@@ -520,25 +554,29 @@ class Executor:
         if self.plan.purpose == "uninstall":  # its last step removed the records
             self.say("committed: " + "; ".join(self.done))
             return
-        # What sagedoctor installed and replaced, for `sagedoctor uninstall`.
+        self._write_records(dists_before, now["all"])
+        self.say("committed: " + "; ".join(self.done))
+        for reason in self.fallback_reasons:  # said again at the end: the build log is long
+            self.say(f"installed by the source build of the pinned commit, because {reason}")
+
+    def _write_records(self, dists_before: dict[str, str], dists_after: dict[str, str]) -> None:
+        """What sagedoctor installed and replaced, for `sagedoctor uninstall`."""
         built = ({"sageattention": "source build, C++ standard of torch's headers: "
                                    + "; ".join(self.build_patches)}
                  if self.build_patches else None)
         try:
-            record_install(self.plan.prefix, dists_before, now["all"],
+            record_install(self.plan.prefix, dists_before, dists_after,
                            self.plan.changed_distributions, built)
-            for edit in self.edits:  # the invokeai.yaml edit, for uninstall --all and disable
+            for edit in self.edits:  # the invokeai.yaml edit: for uninstall --all, disable
                 save_edit_record(self.plan.prefix, edit)
         except OSError as exc:  # a folder put where the record goes since the preflight
             where = exc.filename2 or exc.filename or f"{self.prefix}/sagedoctor"
             raise InstallError(
-                f"the install was committed ({'; '.join(self.done)}), but its record {where} "
+                f"the install was committed ({'; '.join(self.done) or 'nothing to change'}), "
+                f"but its record {where} "
                 f"could not be written: {exc.strerror or exc}",
                 f"move {where} away and run `sagedoctor install` again to write it; until "
                 "then `sagedoctor uninstall` does not know what this install put in") from exc
-        self.say("committed: " + "; ".join(self.done))
-        for reason in self.fallback_reasons:  # said again at the end: the build log is long
-            self.say(f"installed by the source build of the pinned commit, because {reason}")
 
     def _roll_back_and_raise(self, exc: BaseException) -> None:
         assert self.journal is not None

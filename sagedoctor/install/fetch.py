@@ -213,24 +213,43 @@ def github_asset_digest(url: str, api: str, allow_http_host: str | None = None
     return None, f"the release {tag} lists no asset {name}"
 
 
-def extract_source(archive: Path, dest: Path) -> Path:
-    """Unpack a source .tar.gz safely (no absolute paths, links out or devices)."""
+# SageAttention's source unpacks to a few MB: far above it, an archive is a bomb.
+MAX_SOURCE_BYTES = 1 << 30
+MAX_SOURCE_MEMBERS = 100_000
+
+
+def extract_source(archive: Path, dest: Path, max_bytes: int = MAX_SOURCE_BYTES,
+                   max_members: int = MAX_SOURCE_MEMBERS) -> Path:
+    """Unpack a source .tar.gz safely (no absolute paths, links out or devices), bounded:
+    the sizes its headers declare are summed before anything is written (a gzip bomb)."""
     try:
         with tarfile.open(archive, "r:gz") as tar:
+            members, total = [], 0
+            for member in tar:  # each header is read before the data of the next
+                members.append(member)
+                total += max(member.size, 0)
+                if total > max_bytes or len(members) > max_members:
+                    raise InstallError(
+                        f"{archive.name} unpacks to more than {max_bytes >> 20} MiB or "
+                        f"{max_members} files: not a SageAttention source archive",
+                        "nothing was unpacked or installed; the archive may be hostile")
+            dest.mkdir(parents=True, exist_ok=True)
             if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, filter="data")
+                tar.extractall(dest, members=members, filter="data")
             else:  # Python < 3.10.12 / 3.11.4: the same rules by hand
-                for member in tar.getmembers():
+                for member in members:
                     parts = Path(member.name).parts
                     if (member.name.startswith(("/", "\\")) or ".." in parts
                             or not (member.isfile() or member.isdir())):
                         raise tarfile.TarError(f"unsafe member {member.name!r}")
-                tar.extractall(dest)
+                tar.extractall(dest, members=members)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:  # EOFError: truncated
         raise InstallError(f"{archive.name} could not be unpacked safely: {exc}",
                            "nothing was installed; the archive may be damaged or hostile") \
             from exc
-    roots = [p for p in dest.iterdir() if p.is_dir()]
+    roots = [p for p in dest.iterdir() if p.is_dir() and not p.is_symlink()]
     if len(roots) != 1:
-        raise InstallError(f"{archive.name} does not hold one source folder", "")
+        raise InstallError(f"{archive.name} does not hold one source folder (it holds "
+                           f"{len(roots)})", "nothing was installed; pass a SageAttention "
+                           "source archive")
     return roots[0]

@@ -47,7 +47,7 @@ def _venv_side_lock(prefix: Path) -> Iterator[None]:
         try:
             lock.acquire(timeout=0.5)
         except Timeout:
-            raise _locked(prefix, None, " from another state folder") from None
+            raise _locked(prefix, None, "; it uses another state folder") from None
         try:
             yield
         finally:
@@ -64,7 +64,7 @@ def _venv_side_lock(prefix: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise _locked(prefix, None, " from another state folder") from None
+            raise _locked(prefix, None, "; it uses another state folder") from None
         yield
     finally:
         os.close(fd)  # frees the flock

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..events import BuildFinished, BuildHeartbeat, BuildStarted, Note, OnEvent
 from ..plan import BuildSettings
 from ..proc import run_tool
+from .cache import file_sha256
 from .runner import Installer, InstallError
 
 _BUILD_SCRIPT = (
@@ -72,11 +73,56 @@ def patch_cxx_standard(tree: Path, standard: int) -> list[str]:
             for old, count in changed.items()]
 
 
+_NOT_COPIED = ("build", "*.egg-info", ".git")
+MAX_DIGESTED_BYTES = 2 << 30  # a source folder larger than this is built, not keyed
+
+
+def source_tree_digest(source: Path) -> str | None:
+    """The sha256 of what the build copies from a source folder (each path, each file's bytes,
+    each link's target), for the cache key of a --source DIR build; None where it cannot be
+    read or is too large to hash (then it is built every time, as before)."""
+    import fnmatch
+    import hashlib
+
+    digest = hashlib.sha256()
+    total = 0
+    try:
+        for folder, dirs, files in os.walk(source):  # links to folders are not walked
+            here = Path(folder)
+            dirs[:] = sorted(d for d in dirs
+                             if not any(fnmatch.fnmatch(d, p) for p in _NOT_COPIED))
+            for name in sorted(files) + [d for d in dirs if (here / d).is_symlink()]:
+                if any(fnmatch.fnmatch(name, p) for p in _NOT_COPIED):
+                    continue
+                path = here / name
+                rel = path.relative_to(source).as_posix().encode("utf-8", "surrogateescape")
+                digest.update(len(rel).to_bytes(4, "big") + rel)
+                if path.is_symlink():
+                    digest.update(b"L" + os.readlink(path).encode("utf-8", "surrogateescape"))
+                    continue
+                if not path.is_file():
+                    return None  # a FIFO or device: nothing to key by
+                total += path.stat().st_size
+                if total > MAX_DIGESTED_BYTES:
+                    return None
+                digest.update(b"F" + bytes.fromhex(file_sha256(path)))
+    except (OSError, ValueError):
+        return None
+    return digest.hexdigest()
+
+
 def prepare_tree(source: Path, work: Path, settings: BuildSettings) -> tuple[Path, list[str]]:
     """The build's own copy of the source (never the user's folder), patched to the plan's
     C++ standard; returns it and the patches made."""
     tree = work / "src"
-    shutil.copytree(source, tree, ignore=shutil.ignore_patterns("build", "*.egg-info", ".git"))
+    try:  # links are copied as links: `loop -> .` or a link to a data folder is not walked
+        shutil.copytree(source, tree, symlinks=True,
+                        ignore=shutil.ignore_patterns(*_NOT_COPIED))
+    except (OSError, RecursionError) as exc:  # shutil.Error lists each file that failed
+        detail = str(exc)[:300]
+        raise InstallError(f"{source} could not be copied for the build: {detail}",
+                           "the venv was not changed; pass a readable SageAttention source "
+                           "folder") from exc
     patches = (patch_cxx_standard(tree, settings.cxx_standard)
                if settings.cxx_standard is not None else [])
     return tree, patches

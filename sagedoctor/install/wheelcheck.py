@@ -99,3 +99,42 @@ def landing_paths(names: list[str], purelib: Path, scripts: Path) -> list[Path]:
             continue
         out.append(purelib / name)
     return out
+
+
+def _record_digest(path: Path) -> str | None:
+    try:
+        digest = hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return None
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def wheel_in_place(wheel: Path, purelib: Path) -> bool:
+    """Whether this (checked) wheel is installed already, file for file: its one dist-info of
+    that name and version in purelib, and every file it puts there with its RECORD digest.
+    The same `install` run twice then changes nothing the second time."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            names = [i.filename for i in archive.infolist() if not i.is_dir()]
+            record = next(n for n in names if n.count("/") == 1
+                          and n.endswith(".dist-info/RECORD"))
+            rows = list(csv.reader(io.StringIO(archive.read(record).decode(
+                "utf-8", errors="replace"))))
+    except (zipfile.BadZipFile, OSError, StopIteration):
+        return False
+    dist_info = record.split("/", 1)[0]
+    project = dist_info[:-len(".dist-info")].rsplit("-", 1)[0]
+    try:
+        installed = sorted(p.name for p in purelib.glob(f"{project}-*.dist-info"))
+    except OSError:
+        return False
+    if installed != [dist_info]:
+        return False
+    for row in rows:
+        if len(row) < 2 or not row[1] or row[0].startswith(dist_info + "/"):
+            continue  # RECORD's own row; the dist-info's files are the installer's to write
+        if row[0].split("/", 1)[0].endswith(".data"):
+            return False  # scripts and headers land elsewhere: not judged here
+        if _record_digest(purelib / row[0]) != row[1]:
+            return False
+    return True
