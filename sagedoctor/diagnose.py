@@ -12,6 +12,7 @@ from packaging.version import Version
 from . import __version__, compat, rules
 from .areas import AREAS
 from .facts import (
+    PYVENV_CFG_SAYS,
     ComfyUIFacts,
     Facts,
     Gpu,
@@ -835,6 +836,11 @@ def check_verification(facts: Facts, os_name: str) -> list[Finding]:
     if not verification_is_current(record, target):
         sage = target.sageattention.version
         torch = target.torch.version if target.torch else "none"
+        lies = [c for c in record.changed if c.startswith(PYVENV_CFG_SAYS)]
+        if lies:  # verify again would not help: pyvenv.cfg names another Python
+            return [finding("SD168", "error" if hooked else "warn", f"{lies[0]}{hook_note}",
+                            f"fix the version line of pyvenv.cfg in {target.prefix} (or "
+                            "recreate the venv)")]
         dists = [c for c in record.changed if not c.startswith("python ")]
         now = "; ".join([*(f"{c} since" for c in record.changed if c.startswith("python ")),
                          *([f"the installed files of {', '.join(dists)} changed since (another "

@@ -181,6 +181,11 @@ class WrongKernel:
     kernel: str | None  # what `sageattn()` dispatched to, e.g. "sage_fp8_sm90"
 
 
+# How a change begins where pyvenv.cfg names another Python than the one verify ran, which is
+# still the venv's (state.changes_since): another verify would not help, fixing pyvenv.cfg does.
+PYVENV_CFG_SAYS = "pyvenv.cfg says"
+
+
 @dataclass(frozen=True)
 class VerificationFacts:
     """What the last `sagedoctor verify` of this venv recorded (the state store)."""

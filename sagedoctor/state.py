@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeGuard
 from packaging.utils import canonicalize_name
 
 from .errors import OutOfSpace, disk_full
+from .facts import PYVENV_CFG_SAYS
 from .file_meta import write_atomic
 from .runtime import files as names
 from .runtime.records import RecordUnreadable, read_record_bytes, record_problem
@@ -339,6 +340,23 @@ def arming_problem(prefix: Path, record: VerifyRecord) -> str | None:
     return None
 
 
+def runs_recorded_interpreter(prefix: Path, recorded: object) -> bool:
+    """Whether the venv's python resolves to the interpreter binary a verify recorded, and
+    that binary is unchanged since."""
+    import os
+
+    from .runtime.hook import interpreter_changed
+
+    if not (isinstance(recorded, list) and recorded and isinstance(recorded[0], str)):
+        return False
+    for name in ("bin/python", "bin/python3", "Scripts/python.exe"):
+        python = prefix / name
+        if python.exists():
+            return (os.path.realpath(python) == recorded[0]
+                    and not interpreter_changed(recorded))
+    return False
+
+
 def changes_since(prefix: Path, fingerprint: dict[str, Any]) -> tuple[str, ...]:
     """What changed in the venv since a verify's fingerprint: 'python 3.12 -> 3.13', the
     interpreter binary rewritten (a base-Python upgrade), and the names of the distributions
@@ -353,7 +371,13 @@ def changes_since(prefix: Path, fingerprint: dict[str, Any]) -> tuple[str, ...]:
     python = venv_python_version(prefix)
     if python is not None and isinstance(verified, str) \
             and python.split(".")[:2] != verified.split(".")[:2]:  # None: cannot tell
-        out.append(f"python {verified} -> {python}")
+        if runs_recorded_interpreter(prefix, fingerprint.get("interpreter")):
+            # the venv still runs the very interpreter verify ran: pyvenv.cfg is what is off
+            # (verify again would pass again, and this would refuse again)
+            out.append(f"{PYVENV_CFG_SAYS} Python {python}, but the venv's interpreter is "
+                       f"Python {verified}, the one verify ran, unchanged")
+        else:
+            out.append(f"python {verified} -> {python}")
     elif interpreter_changed(fingerprint.get("interpreter")):
         out.append(f"python {verified}: {fingerprint['interpreter'][0]} was replaced since "
                    "(an upgrade of the base Python)")
