@@ -126,3 +126,24 @@ def test_a_damaged_cache_entry_is_a_miss_not_an_install(tmp_path: Path) -> None:
     assert not stored.exists() and cache.measured("https://x.org/f.whl") is None
     assert said == ["f.whl in the download cache is damaged: its sha256 is no longer the one "
                     "it was stored under; removed it, so it is downloaded afresh"]
+
+
+def test_a_body_cut_short_of_its_content_length_is_said_so(site: Site, tmp_path: Path) -> None:
+    """Issue 34 ("Also"): a server that announced more than it sent, then closed, was SD910
+    "check the network": it is a download cut short (SD921), and nothing is kept."""
+    from sagedoctor.install.errors import DamagedDownload
+    from sagedoctor.install.fetch import get_json
+
+    site.routes["/cut.whl"] = ("drop", b"x" * 100)
+    with pytest.raises(DamagedDownload) as caught:
+        download(site.url("/cut.whl"), tmp_path / "cut.whl", None,
+                 allow_http_host="127.0.0.1")
+    assert "cut short" in caught.value.message and "100 of the 400 bytes" in \
+        caught.value.message, caught.value.message
+    assert "check the network" not in caught.value.message
+    assert files_under(tmp_path) == set()
+
+    site.routes["/simple/page/"] = ("drop", b'{"files": []}')
+    with pytest.raises(DamagedDownload) as caught:
+        get_json(site.url("/simple/page/"), allow_http_host="127.0.0.1")
+    assert "cut short" in caught.value.message, caught.value.message
