@@ -821,6 +821,18 @@ def recorded_wrong_sageattn(facts: Facts) -> tuple[WrongKernel, ...]:
 
 
 def check_verification(facts: Facts, os_name: str) -> list[Finding]:
+    """What the last verify found, and what keeps the start-up hook off."""
+    record, target = facts.verification, facts.target
+    out = []
+    if record is not None and record.hook_problem is not None and target is not None:
+        out.append(finding("SD194", "error", f"{record.hook_problem}: no Python of this venv "
+                           "reads it, so the start-up hook is off",
+                           f"sagedoctor disable --venv {_venv_arg(target, os_name)}  (removes "
+                           "it; then `sagedoctor enable` to switch the hook on)"))
+    return out + _check_verification(facts, os_name)
+
+
+def _check_verification(facts: Facts, os_name: str) -> list[Finding]:
     """What the last verify found, said again by every later check of the venv."""
     record, target = facts.verification, facts.target
     if record is None or target is None or target.sageattention is None:

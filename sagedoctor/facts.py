@@ -205,6 +205,9 @@ class VerificationFacts:
     # A passing record whose venv copy (what the hook arms from) is missing, unreadable or of
     # another verify: the hook keeps SageAttention off whatever the user-state copy says.
     arming_problem: str | None = None
+    # Something at the start-up hook's path that is no file (a folder, a FIFO): no Python of
+    # the venv reads it, so the hook is off though `enable` ran; `disable` removes it.
+    hook_problem: str | None = None
 
 
 @dataclass(frozen=True)

@@ -350,6 +350,12 @@ _KINDS = [
                 "This InvokeAI has an attention_backend setting with a SageAttention choice, "
                 "and invokeai.yaml does not select it: `sagedoctor install` sets it.",
                 "`sagedoctor install --venv VENV`."),
+    FindingKind("SD194", "python", "Start-up hook file is not a file",
+                "Something at the start-up hook's path (sagedoctor-runtime.pth in "
+                "site-packages) is no file: a folder is skipped by every Python of the venv, "
+                "so the hook is off though `enable` ran; a FIFO there hangs each start.",
+                "`sagedoctor disable --venv VENV` removes it; `sagedoctor enable` then "
+                "writes the hook."),
     FindingKind("SD195", "invokeai", "invokeai.yaml not writable",
                 "The install's edit step writes invokeai.yaml atomically beside a backup: the "
                 "file and its folder must be writable by this user. Found before any download.",

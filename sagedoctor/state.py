@@ -196,6 +196,15 @@ def hook_enabled(prefix: Path) -> bool:
     return any((Path(site) / HOOK_FILE).is_file() for site in venv_site_dirs(prefix))
 
 
+def hook_problem(prefix: Path) -> str | None:
+    """What is at the hook's path and is no file (a folder, a FIFO, a loop), or None."""
+    for site in venv_site_dirs(prefix):
+        problem = record_problem(str(Path(site) / HOOK_FILE))
+        if problem is not None:
+            return problem
+    return None
+
+
 def venv_site_dirs(prefix: Path) -> list[str]:
     """The venv's own site-packages (POSIX lib/pythonX.Y/, Windows Lib/)."""
     found = sorted(str(p) for p in prefix.glob("lib/python3*/site-packages") if p.is_dir())

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import VerificationFacts, WrongKernel
-from ..state import arming_problem, changes_since, hook_enabled, load_status
+from ..state import arming_problem, changes_since, hook_enabled, hook_problem, load_status
 
 
 def wrong_kernels(results: Any) -> tuple[WrongKernel, ...]:
@@ -32,8 +32,9 @@ def wrong_kernels(results: Any) -> tuple[WrongKernel, ...]:
 def read_verification(prefix: Path) -> VerificationFacts:
     status, record = load_status(prefix)
     hooked = hook_enabled(prefix)
+    odd_hook = hook_problem(prefix)
     if record is None:
-        return VerificationFacts(status=status, hooked=hooked)
+        return VerificationFacts(status=status, hooked=hooked, hook_problem=odd_hook)
     dists = record.fingerprint.get("dists") if isinstance(record.fingerprint, dict) else None
     dists = dists if isinstance(dists, dict) else {}
 
@@ -49,4 +50,4 @@ def read_verification(prefix: Path) -> VerificationFacts:
                              verified_at=record.verified_at,
                              sageattention=version("sageattention"), torch=version("torch"),
                              wrong_sageattn=wrong_kernels(record.results), changed=changed,
-                             hooked=hooked, arming_problem=armed)
+                             hooked=hooked, arming_problem=armed, hook_problem=odd_hook)
