@@ -213,6 +213,11 @@ class WrongKernel:
     kernel: str | None  # what `sageattn()` dispatched to, e.g. "sage_fp8_sm90"
 
 
+# How a change begins where pyvenv.cfg names another Python than the one verify ran, which is
+# still the venv's (state.changes_since): another verify would not help, fixing pyvenv.cfg does.
+PYVENV_CFG_SAYS = "pyvenv.cfg says"
+
+
 @dataclass(frozen=True)
 class VerificationFacts:
     """What the last `sagedoctor verify` of this venv recorded (the state store)."""
@@ -235,6 +240,9 @@ class VerificationFacts:
     # verify's measurements at the apps' shapes (SDXL, FLUX...): what an app's fixed rule
     # would meet here. Absent from older reports.
     app_shapes: tuple[AppShapeSpeed, ...] = ()
+    # Something at the start-up hook's path that is no file (a folder, a FIFO): no Python of
+    # the venv reads it, so the hook is off though `enable` ran; `disable` removes it.
+    hook_problem: str | None = None
 
 
 @dataclass(frozen=True)

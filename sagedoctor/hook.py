@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from . import exit_codes
 from .errors import NotWritable, SagedoctorError, not_writable
+from .facts import PYVENV_CFG_SAYS
 from .file_meta import write_atomic
 from .runtime.files import HOOK_FILE
 from .runtime.hook import FINGERPRINT_DISTS
@@ -108,6 +109,12 @@ def enable(target: TargetFacts, comfyui: ComfyUIFacts | None = None) -> HookChan
         raise EnableError(f"the runtime is not installed in {target.prefix}",
                           f"run `sagedoctor install {where}` first")
     same, changes = still_as_verified(Path(target.prefix))
+    lies = [c for c in changes if c.startswith(PYVENV_CFG_SAYS)]
+    if lies:
+        raise EnableError(f"{target.prefix}: {lies[0]}",
+                          f"fix the version line of {Path(target.prefix) / 'pyvenv.cfg'} to "
+                          "the Python the venv runs (or recreate the venv); verify cannot "
+                          "change what it says")
     if not same:
         raise EnableError(f"{target.prefix} is not what a passing verify proved: "
                           f"{'; '.join(changes)}",

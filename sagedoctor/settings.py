@@ -14,6 +14,7 @@ _NUMBERS: dict[str, tuple[str, float, float]] = {
     "SAGEDOCTOR_TARGET_TIMEOUT": ("a number of seconds above 0", 0.0, math.inf),
     "SAGEDOCTOR_MIN_COSINE": ("a number above 0 and at most 1", 0.0, 1.0),
     "SAGEDOCTOR_MAX_REL_L2": ("a number above 0", 0.0, math.inf),
+    "SAGEDOCTOR_REFRESH_TIMEOUT": ("a number of seconds above 0", 0.0, math.inf),
     # read by the self-test and the runtime (which ignore a bad value): refused here
     "SAGEDOCTOR_ROUTE_MARGIN": ("a speed-up above 0, such as 1.05", 0.0, math.inf),
 }

@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeGuard
 from packaging.utils import canonicalize_name
 
 from .errors import OutOfSpace, SettingError, disk_full
-from .facts import InterruptedInstall
+from .facts import PYVENV_CFG_SAYS, InterruptedInstall
 from .file_meta import write_atomic
 from .proc import pid_alive
 from .runtime import files as names
@@ -224,6 +224,15 @@ def hook_enabled(prefix: Path) -> bool:
     return any((Path(site) / HOOK_FILE).is_file() for site in venv_site_dirs(prefix))
 
 
+def hook_problem(prefix: Path) -> str | None:
+    """What is at the hook's path and is no file (a folder, a FIFO, a loop), or None."""
+    for site in venv_site_dirs(prefix):
+        problem = record_problem(str(Path(site) / HOOK_FILE))
+        if problem is not None:
+            return problem
+    return None
+
+
 def venv_site_dirs(prefix: Path) -> list[str]:
     """The venv's own site-packages (POSIX lib/pythonX.Y/, Windows Lib/); under the prefix of
     a Debian or Ubuntu system Python (an embedded-style copy of one) its dist-packages."""
@@ -372,6 +381,23 @@ def arming_problem(prefix: Path, record: VerifyRecord) -> str | None:
     return None
 
 
+def runs_recorded_interpreter(prefix: Path, recorded: object) -> bool:
+    """Whether the venv's python resolves to the interpreter binary a verify recorded, and
+    that binary is unchanged since."""
+    import os
+
+    from .runtime.hook import interpreter_changed
+
+    if not (isinstance(recorded, list) and recorded and isinstance(recorded[0], str)):
+        return False
+    for name in ("bin/python", "bin/python3", "Scripts/python.exe"):
+        python = prefix / name
+        if python.exists():
+            return (os.path.realpath(python) == recorded[0]
+                    and not interpreter_changed(recorded))
+    return False
+
+
 def changes_since(prefix: Path, fingerprint: dict[str, Any]) -> tuple[str, ...]:
     """What changed in the venv since a verify's fingerprint: 'python 3.12 -> 3.13', the
     interpreter binary rewritten (a base-Python upgrade), and the names of the distributions
@@ -386,7 +412,13 @@ def changes_since(prefix: Path, fingerprint: dict[str, Any]) -> tuple[str, ...]:
     python = venv_python_version(prefix)
     if python is not None and isinstance(verified, str) \
             and python.split(".")[:2] != verified.split(".")[:2]:  # None: cannot tell
-        out.append(f"python {verified} -> {python}")
+        if runs_recorded_interpreter(prefix, fingerprint.get("interpreter")):
+            # the venv still runs the very interpreter verify ran: pyvenv.cfg is what is off
+            # (verify again would pass again, and this would refuse again)
+            out.append(f"{PYVENV_CFG_SAYS} Python {python}, but the venv's interpreter is "
+                       f"Python {verified}, the one verify ran, unchanged")
+        else:
+            out.append(f"python {verified} -> {python}")
     elif interpreter_changed(fingerprint.get("interpreter")):
         out.append(f"python {verified}: {fingerprint['interpreter'][0]} was replaced since "
                    "(an upgrade of the base Python)")

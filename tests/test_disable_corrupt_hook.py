@@ -123,3 +123,26 @@ def test_enable_replaces_whatever_is_at_the_hook_path(tmp_path: Path, kind: str)
     done = run_cli(["enable", "--venv", str(prefix)], env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert hook.is_file() and hook.read_text(encoding="utf-8") == HOOK_LINE
+
+
+@pytest.mark.parametrize("kind", ["folder", "socket"])
+def test_check_reports_what_is_at_the_hook_path_and_is_no_file(tmp_path: Path,
+                                                                kind: str) -> None:
+    """D12: a folder at the hook's path keeps the hook off (site skips it), and check said
+    "No problems found"."""
+    import json
+
+    root = tmp_path / "app venv ü"
+    site = make_venv(root)
+    env = clean_env(tmp_path)
+    hook = site / HOOK_FILE
+    _put_at(hook, kind)
+    done = run_cli(["check", "python", "--json", "--venv", str(root)], env)
+    found = {f["code"]: f for f in json.loads(done.stdout)["findings"]}
+    assert "SD136" in found, found.keys()
+    assert found["SD136"]["severity"] == "error" and str(hook) in found["SD136"]["detail"]
+    assert "sagedoctor disable" in found["SD136"]["fix"]
+    assert done.returncode == 1
+    assert run_cli(["disable", "--venv", str(root)], env).returncode == 0
+    done = run_cli(["check", "python", "--json", "--venv", str(root)], env)
+    assert "SD136" not in {f["code"] for f in json.loads(done.stdout)["findings"]}

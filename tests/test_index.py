@@ -389,3 +389,44 @@ def test_plan_with_a_nan_in_the_index_is_sd903_not_an_internal_error(tmp_path: P
     done = run_cli(["plan", "--index", str(index)], clean_env(tmp_path))
     assert "internal error" not in done.stderr, done.stderr
     assert "SD903" in done.stderr and "gib_per_nvcc_thread" in done.stderr, done.stderr
+
+
+class _Trickle(BaseHTTPRequestHandler):
+    """A server that answers one byte a second: each read is quick, the answer never ends."""
+
+    def do_GET(self) -> None:
+        import time
+
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        try:
+            for _ in range(600):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(1)
+        except OSError:  # the client gave up
+            pass
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_refresh_against_a_trickling_server_stops_at_its_deadline(tmp_path: Path) -> None:
+    """D14 (issue 34): `index refresh --api` against a 1-byte/s server ran on past 120 s
+    (each read came within httpx's timeout): the refresh as a whole has a deadline."""
+    import time
+
+    env = clean_env(tmp_path)
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    env["SAGEDOCTOR_REFRESH_TIMEOUT"] = "3"
+    with local_server(_Trickle) as url:
+        began = time.monotonic()
+        done = run_cli(["index", "refresh", "--api", url, "--pypi", f"{url}/simple"], env,
+                       timeout=90)
+        took = time.monotonic() - began
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "SD904" in done.stderr and "within 3 s" in done.stderr, done.stderr
+    assert took < 30, took
+    assert not (tmp_path / "config" / "sagedoctor").exists()

@@ -195,3 +195,24 @@ def test_a_source_folder_with_a_symlink_loop_is_copied_without_following_links(
                  if p.is_file() and not p.is_symlink() and "loop" not in p.parts
                  and "models" not in p.parts)
     assert copied < 64 << 10
+
+
+def test_a_body_cut_short_of_its_content_length_is_said_so(site: Site, tmp_path: Path) -> None:
+    """Issue 34 ("Also"): a server that announced more than it sent, then closed, was SD910
+    "check the network": it is a download cut short (SD921), and nothing is kept."""
+    from sagedoctor.install.errors import DamagedDownload
+    from sagedoctor.install.fetch import get_json
+
+    site.routes["/cut.whl"] = ("drop", b"x" * 100)
+    with pytest.raises(DamagedDownload) as caught:
+        download(site.url("/cut.whl"), tmp_path / "cut.whl", None,
+                 allow_http_host="127.0.0.1")
+    assert "cut short" in caught.value.message and "100 of the 400 bytes" in \
+        caught.value.message, caught.value.message
+    assert "check the network" not in caught.value.message
+    assert files_under(tmp_path) == set()
+
+    site.routes["/simple/page/"] = ("drop", b'{"files": []}')
+    with pytest.raises(DamagedDownload) as caught:
+        get_json(site.url("/simple/page/"), allow_http_host="127.0.0.1")
+    assert "cut short" in caught.value.message, caught.value.message

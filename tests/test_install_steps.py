@@ -303,7 +303,7 @@ def test_server_gone_mid_download_leaves_no_partial_file(venv: tuple[Path, Path]
     wheel = sage_wheel(tmp_path / "w")
     step = wheel_step(site, wheel)
     site.routes[f"/dl/{wheel.name}"] = ("drop", wheel.read_bytes()[:100])
-    with pytest.raises(InstallError, match="downloading"):
+    with pytest.raises(InstallError, match="cut short"):  # SD921, not "check the network"
         run(python, tmp_path, step)
     assert tree_hashes(packages) == before
     assert not list(tmp_path.rglob("*.part")) and not list((tmp_path / "cache").rglob("*.whl"))

@@ -477,3 +477,20 @@ def test_verify_reads_its_report_past_what_the_venv_prints_at_exit(app: App) -> 
                    timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["verdict"] == "routing"
+
+
+def test_post_update_says_the_hook_is_off_where_it_was_never_enabled(app: App) -> None:
+    """D22 (issue 34): post-update with the hook never enabled said "SageAttention stays
+    on"."""
+    done = run_cli(["verify", "--python", str(app.python), "--quick"], app.env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = next(app.site.glob("sageattention-*.dist-info")) / "RECORD"
+    record.write_text(record.read_text(encoding="utf-8") + "\n", encoding="utf-8")  # reinstalled
+    done = run_cli(["post-update", "--venv", str(app.root / ".venv"), "--yes", "--quick"],
+                   app.env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "verified again" in done.stdout
+    assert "stays on" not in done.stdout and "start-up hook is not enabled" in done.stdout
+    assert "sagedoctor enable --venv" in done.stdout
+    armed, _ = run_app(app)
+    assert not armed

@@ -62,6 +62,7 @@ EXPECTED: dict[str, tuple[set[str], int]] = {
     # After verify found sageattn() garbage on the H200 (tag v2.2.0 build): an error.
     "linux-h200-sageattn-wrong": ({"SD166", "SD167"}, 1),
     "linux-h200-verify-stale": ({"SD166", "SD168", "SD191"}, 1),
+    "linux-h200-hook-path-a-folder": ({"SD136"}, 1),
     "windows-4090-unverified": ({"SD169", "SD182", "SD191"}, 1),  # no runtime: install, verify
     # today's torch (issue 18)
     "windows-torch214-today": ({"SD152", "SD161"}, 1),

@@ -195,3 +195,33 @@ def test_a_base_python_patch_upgrade_is_seen_by_the_interpreter_not_pyvenv_cfg(
     cfg.write_text(cfg.read_text(encoding="utf-8").replace(f"{major_minor}.7", "3.99.1"),
                    encoding="utf-8")
     assert still_as_verified(prefix) == (False, (f"python {major_minor}.9 -> 3.99.1",))
+
+
+def test_a_pyvenv_cfg_that_names_another_python_is_named_not_a_verify_loop(
+        tmp_path: Path) -> None:
+    """D21 (issue 34): pyvenv.cfg claiming 3.8.0 while the venv runs 3.11: verify passed (it
+    runs the interpreter), then enable said SD930 "run verify", forever. The interpreter is
+    the one verify ran, unchanged: pyvenv.cfg is what is wrong, and enable says so."""
+    import os
+
+    from sagedoctor.runtime.hook import interpreter_stat
+
+    prefix, _site, env = verified_venv(tmp_path)
+    python = venv_python_version(prefix)
+    assert python is not None
+    fingerprint = {**fingerprint_of(prefix), "python": python,
+                   "interpreter": interpreter_stat(os.path.realpath(prefix / "bin" / "python"))}
+    record_passing_verify(prefix, fingerprint, Path(env["HOME"]), WHEN)
+    cfg = prefix / "pyvenv.cfg"
+    cfg.write_text(cfg.read_text(encoding="utf-8").replace(python, "3.8.0"), encoding="utf-8")
+    done = run_cli(["enable", "--venv", str(prefix)], env)
+    assert done.returncode == 1 and "SD930" in done.stderr, done.stderr
+    assert f"pyvenv.cfg says Python 3.8.0, but the venv's interpreter is Python {python}" \
+        in done.stderr, done.stderr
+    fix = done.stderr.split("fix:", 1)[1]
+    assert "pyvenv.cfg" in fix and "sagedoctor verify" not in fix, fix
+    (_site / "sagedoctor-runtime.pth").write_text("import sys\n", encoding="utf-8")  # hooked
+    done = run_cli(["check", "sageattention", "--venv", str(prefix), "--json"], env)
+    found = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "SD168"]
+    assert len(found) == 1 and "pyvenv.cfg says Python 3.8.0" in found[0]["detail"], found
+    assert "pyvenv.cfg" in found[0]["fix"] and "verify" not in found[0]["fix"], found

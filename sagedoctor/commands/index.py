@@ -18,6 +18,8 @@ from ..index import (
 from ..index.refresh import (
     GITHUB_API,
     PYPI_SIMPLE,
+    REFRESH_TIMEOUT_ENV,
+    REFRESH_TIMEOUT_S,
     Coverage,
     coverage,
     fetch_releases,
@@ -26,6 +28,7 @@ from ..index.refresh import (
     today,
     wheels_from_releases,
     with_windows_releases,
+    within,
     write_index,
 )
 
@@ -53,13 +56,23 @@ def _starting_index(base: Path | None) -> WheelIndex:
 
 def run_refresh(base: Path | None, api: str | None, out: TextIO | None = None,
                 pypi: str | None = None, as_json: bool = False) -> int:
+    import os
+    import time
+
+    from ..settings import number_from_env
+
     stream = out or sys.stdout
     index = _starting_index(base)
-    releases = fetch_releases(api or GITHUB_API)
+    budget = number_from_env(os.environ, REFRESH_TIMEOUT_ENV, REFRESH_TIMEOUT_S)
+    deadline = time.monotonic() + budget  # the whole refresh, not each read
+    releases = within(deadline, budget, "GitHub API",
+                      lambda: fetch_releases(api or GITHUB_API))
     found, skipped = wheels_from_releases(releases, index)
     merged, notes = merge_wheels(index, found)
-    torch_versions = fetch_versions("torch", pypi or PYPI_SIMPLE)
-    triton_windows = fetch_versions(index.triton.windows_package, pypi or PYPI_SIMPLE)
+    torch_versions = within(deadline, budget, "PyPI",
+                            lambda: fetch_versions("torch", pypi or PYPI_SIMPLE))
+    triton_windows = within(deadline, budget, "PyPI", lambda: fetch_versions(
+        index.triton.windows_package, pypi or PYPI_SIMPLE))
     merged = with_windows_releases(merged, triton_windows)
     gaps = coverage(index, torch_versions, triton_windows,
                     [n.removeprefix("new: ") for n in notes if n.startswith("new: ")])

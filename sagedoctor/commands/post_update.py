@@ -120,6 +120,19 @@ def _remove_marker(prefix: Path) -> None:
     VenvFiles(prefix).auto_repair_marker.unlink(missing_ok=True)
 
 
+def _hook_state(prefix: Path, on: str) -> str:
+    """What a passing verify means for the app: routing is on only where the hook is."""
+    from ..decide.fixes import quote
+    from ..probe.target import current_os
+    from ..state import hook_enabled
+
+    if hook_enabled(prefix):
+        return f"SageAttention {on}"
+    return ("the start-up hook is not enabled, so nothing routes attention to SageAttention "
+            "but apps that call it themselves; `sagedoctor enable --venv "
+            f"{quote(str(prefix), current_os())}` switches it on for the whole venv")
+
+
 def _what_changed(prefix: Path, live: dict[str, Any]) -> list[str]:
     from ..runtime.hook import fingerprint_differences
     from ..state import load_record
@@ -202,7 +215,7 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     # KJNodes and diffusers call it directly (SD167).
     wrong = recorded_wrong_sageattn(facts)
     if verdict == "routing" and not wrong:
-        stream.write("post-update: verified again; SageAttention stays on\n")
+        stream.write(f"post-update: verified again; {_hook_state(prefix, 'stays on')}\n")
         return EXIT_OK
     rebuild = needs_rebuild(verdict, crashed, target.sageattention is not None)
     if recover_pending(prefix, _indented(stream)):  # a killed install's journal: rolled back first
@@ -305,7 +318,7 @@ def _repair(plan: Any, options: PostUpdateOptions, python: Path, prefix: Path,
                            f"{exc.message}", exc.fix or "read the log named above") from exc
     verdict, _crashed = _verify(python, prefix, options.quick_verify, stream)
     if verdict == "routing":
-        stream.write("post-update: repaired and verified; SageAttention is on again\n")
+        stream.write(f"post-update: repaired and verified; {_hook_state(prefix, 'is on again')}\n")
         return EXIT_OK
     forget_routing(prefix)
     said = verdict or "that it cannot run"

@@ -381,6 +381,12 @@ _KINDS = [
                 "table serves every GPU, sagedoctor's where it has none (sm75, sm87, sm103, "
                 "sm110) and InvokeAI would stay on SDPA.",
                 "`sagedoctor plan` says which it sets up; `--use app|sagedoctor` overrides."),
+    FindingKind("SD136", "python", "Start-up hook file is not a file",
+                "Something at the start-up hook's path (sagedoctor-runtime.pth in "
+                "site-packages) is no file: a folder is skipped by every Python of the venv, "
+                "so the hook is off though `enable` ran; a FIFO there hangs each start.",
+                "`sagedoctor disable --venv VENV` removes it; `sagedoctor enable` then "
+                "writes the hook."),
     FindingKind("SD195", "invokeai", "invokeai.yaml not writable",
                 "The install's edit step writes invokeai.yaml atomically beside a backup: the "
                 "file and its folder must be writable by this user. Found before any download.",

@@ -11,9 +11,10 @@ import datetime as _dt
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -42,6 +43,39 @@ MAX_PAGES = 10
 
 class RefreshError(SagedoctorError):
     code = "SD904"
+
+
+REFRESH_TIMEOUT_ENV = "SAGEDOCTOR_REFRESH_TIMEOUT"
+REFRESH_TIMEOUT_S = 120.0  # the whole refresh: every request, every page
+_T = TypeVar("_T")
+
+
+def within(deadline: float, budget: float, what: str, work: Callable[[], _T]) -> _T:
+    """``work()``, or RefreshError once ``deadline`` (time.monotonic) passes: httpx's
+    timeout is per read, so a server sending a byte a second would hold a request forever.
+    The request left behind runs in a daemon thread, which ends with the process."""
+    import threading
+    import time
+
+    done: list[_T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    if thread.is_alive():
+        raise RefreshError(f"{what}: no whole answer within {budget:g} s (a stalled or very "
+                           "slow server); nothing was written",
+                           f"check the network; {REFRESH_TIMEOUT_ENV} sets the limit in seconds")
+    if failed:
+        raise failed[0]
+    return done[0]
 
 
 def _check_api(api: str) -> str:

@@ -125,6 +125,8 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
                 response.close()
     except httpx.HTTPError as exc:
         partial.unlink(missing_ok=True)
+        if expected_size is not None and size < expected_size:  # the server went away early
+            raise _cut_short(url, size, expected_size) from exc
         raise InstallError(f"downloading {url}: {exc or type(exc).__name__}",
                            "check the network; nothing was installed") from exc
     except BaseException:
@@ -133,9 +135,7 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
     got = digest.hexdigest()
     if expected_size is not None and size != expected_size:
         partial.unlink(missing_ok=True)
-        raise DamagedDownload(f"{url}: the server sent {size} of the {expected_size} bytes it "
-                              "announced", "check the network and run again; nothing was "
-                              "installed or cached")
+        raise _cut_short(url, size, expected_size)
     if sha256 is not None and got != sha256:
         partial.unlink(missing_ok=True)
         raise InstallError(f"{url}: sha256 {got} does not match the index's {sha256}",
@@ -153,6 +153,12 @@ def download(url: str, dest: Path, sha256: str | None, *, allow_http_host: str |
     return got
 
 
+def _cut_short(url: str, size: int, expected: int) -> DamagedDownload:
+    return DamagedDownload(f"{url}: the download was cut short: the server sent {size} of the "
+                           f"{expected} bytes it announced", "run again once the server sends "
+                           "the whole file; nothing was installed or cached")
+
+
 def get_json(url: str, *, allow_http_host: str | None = None, timeout: float = 30.0,
              headers: dict[str, str] | None = None) -> tuple[Any, str]:
     """(parsed JSON or text, content type) of a small page, size-bounded."""
@@ -161,13 +167,18 @@ def get_json(url: str, *, allow_http_host: str | None = None, timeout: float = 3
     import httpx
 
     check_url(url, allow_http_host)
+    body = bytearray()
+    announced: int | None = None
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False) as client:
             response = _open(client, url, headers or {})
             try:
                 if response.status_code != 200:
                     raise InstallError(f"{url}: HTTP {response.status_code}", "check the network")
-                body = bytearray()
+                declared = response.headers.get("content-length", "")
+                encoded = response.headers.get("content-encoding", "identity").strip().lower()
+                announced = int(declared) if declared.isdigit() and len(declared) < 19 \
+                    and encoded in ("", "identity") else None
                 for chunk in response.iter_bytes():
                     body += chunk
                     if len(body) > MAX_PAGE_BYTES:
@@ -177,6 +188,8 @@ def get_json(url: str, *, allow_http_host: str | None = None, timeout: float = 3
             finally:
                 response.close()
     except httpx.HTTPError as exc:
+        if announced is not None and len(body) < announced:  # the server went away early
+            raise _cut_short(url, len(body), announced) from exc
         raise InstallError(f"{url}: {exc or type(exc).__name__}", "check the network") from exc
     text = bytes(body).decode("utf-8", errors="replace")
     if "json" in kind:

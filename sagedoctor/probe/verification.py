@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import AppShapeSpeed, VerificationFacts, WrongKernel
-from ..state import arming_problem, changes_since, hook_enabled, load_status
+from ..state import arming_problem, changes_since, hook_enabled, hook_problem, load_status
 
 
 def wrong_kernels(results: Any) -> tuple[WrongKernel, ...]:
@@ -46,8 +46,9 @@ def app_shape_speeds(prefix: Path) -> tuple[AppShapeSpeed, ...]:
 def read_verification(prefix: Path) -> VerificationFacts:
     status, record = load_status(prefix)
     hooked = hook_enabled(prefix)
+    odd_hook = hook_problem(prefix)
     if record is None:
-        return VerificationFacts(status=status, hooked=hooked)
+        return VerificationFacts(status=status, hooked=hooked, hook_problem=odd_hook)
     dists = record.fingerprint.get("dists") if isinstance(record.fingerprint, dict) else None
     dists = dists if isinstance(dists, dict) else {}
 
@@ -64,4 +65,4 @@ def read_verification(prefix: Path) -> VerificationFacts:
                              sageattention=version("sageattention"), torch=version("torch"),
                              wrong_sageattn=wrong_kernels(record.results), changed=changed,
                              hooked=hooked, arming_problem=armed,
-                             app_shapes=app_shape_speeds(prefix))
+                             app_shapes=app_shape_speeds(prefix), hook_problem=odd_hook)

@@ -287,6 +287,13 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         "status": "verified", "verdict": "routing", "verified_at": "2026-11-01T10:00:00+00:00",
         "sageattention": "2.1.1", "torch": "2.10.0", "wrong_sageattn": []}}),
     "windows-4090-unverified": (WIN_4090, {"verification": {"status": "corrupt"}}),
+    # A folder where `enable` wrote the start-up hook (issue 34, D12): every Python of the
+    # venv skips it, so the hook is off though the verify passed.
+    "linux-h200-hook-path-a-folder": (LINUX_H200, {"verification": {
+        "status": "verified", "verdict": "routing", "verified_at": "2026-12-02T10:00:00+00:00",
+        "sageattention": "2.2.0", "torch": "2.11.0", "wrong_sageattn": [],
+        "hook_problem": "/home/ana/app/.venv/lib/python3.12/site-packages/"
+                        "sagedoctor-runtime.pth is a folder, not a file"}}),
     "windows-invokeai-sliced": (WIN_4090, {"invokeai": {"attention_type": "sliced"}}),
     # The launcher updated InvokeAI after the last verify: .first_run is back and
     # .launcher-bootstrap/ was rewritten (facts/invokeai.md 1.2).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ... import __version__
 from ...facts import (
+    PYVENV_CFG_SAYS,
     Facts,
     GpuFacts,
     TargetFacts,
@@ -136,6 +137,18 @@ def recorded_wrong_sageattn(facts: Facts) -> tuple[WrongKernel, ...]:
 
 
 def check_verification(facts: Facts, os_name: str) -> list[Finding]:
+    """What the last verify found, and what keeps the start-up hook off."""
+    record, target = facts.verification, facts.target
+    out = []
+    if record is not None and record.hook_problem is not None and target is not None:
+        out.append(finding("SD136", "error", f"{record.hook_problem}: no Python of this venv "
+                           "reads it, so the start-up hook is off",
+                           f"sagedoctor disable --venv {quoted_prefix(target, os_name)}  (removes "
+                           "it; then `sagedoctor enable` to switch the hook on)"))
+    return out + _check_verification(facts, os_name)
+
+
+def _check_verification(facts: Facts, os_name: str) -> list[Finding]:
     """What the last verify found, said again by every later check of the venv."""
     record, target = facts.verification, facts.target
     if record is None or target is None or target.sageattention is None:
@@ -151,6 +164,11 @@ def check_verification(facts: Facts, os_name: str) -> list[Finding]:
     if not verification_is_current(record, target):
         sage = target.sageattention.version
         torch = target.torch.version if target.torch else "none"
+        lies = [c for c in record.changed if c.startswith(PYVENV_CFG_SAYS)]
+        if lies:  # verify again would not help: pyvenv.cfg names another Python
+            return [finding("SD168", "error" if hooked else "warn", f"{lies[0]}{hook_note}",
+                            f"fix the version line of pyvenv.cfg in {target.prefix} (or "
+                            "recreate the venv)")]
         dists = [c for c in record.changed if not c.startswith("python ")]
         now = "; ".join([*(f"{c} since" for c in record.changed if c.startswith("python ")),
                          *([f"the installed files of {', '.join(dists)} changed since (another "
