@@ -133,6 +133,17 @@ def _pinned(requirement: str) -> bool:
     return len(spec) == 1 and spec[0].operator in ("==", "===") and "*" not in spec[0].version
 
 
+def _outcome(exc: BaseException) -> str:
+    from ..errors import SagedoctorError
+
+    if isinstance(exc, SagedoctorError):
+        return (f"stopped: error {exc.code}: {exc.message}"
+                + (f"; fix: {exc.fix}" if exc.fix else ""))
+    if isinstance(exc, KeyboardInterrupt):
+        return "stopped: interrupted (Ctrl+C); the venv was rolled back first where it changed"
+    return f"stopped: {type(exc).__name__}: {exc}"
+
+
 class Executor:
     def __init__(self, plan: Plan, progress: Progress, work: Path, log_dir: Path, *,
                  cache_dir: Path | None = None, offline: bool = False,
@@ -220,6 +231,13 @@ class Executor:
                 finally:
                     if not keep_journal:
                         self.journal.finish()
+        except BaseException as exc:
+            # The log ends with how the run ended, not at its last step's first line: the
+            # error, its fix (which says what became of the venv) or the interruption.
+            self.log.write(_outcome(exc))
+            raise
+        else:
+            self.log.write("finished")
         finally:
             self.log.close()
 
