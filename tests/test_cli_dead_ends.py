@@ -79,3 +79,26 @@ def test_plan_marks_are_checks_marks(tmp_path: Path) -> None:
     plain = run_cli(["plan", "--facts", str(profile)],
                     {**clean_env(tmp_path), "PYTHONIOENCODING": "ascii"}).stdout
     assert "  x SD101" in plain and "\x1b[" not in plain
+
+
+def test_verify_of_a_venv_without_torch_or_runtime_says_so_before_any_self_test(
+        tmp_path: Path) -> None:
+    from tests.standins import H200, add_torch, fake_nvidia_smi, make_venv
+
+    venv = tmp_path / "app venv"
+    site = make_venv(venv)
+    csv = (H200 / "nvidia-smi-query.csv").read_text(encoding="utf-8")
+    fake_nvidia_smi(tmp_path / "bin", "replay", csv)
+    gpu = clean_env(tmp_path, tmp_path / "bin")
+    done = run_cli(["verify", "--venv", str(venv)], gpu)
+    assert done.returncode == 1 and f"no torch in {venv}" in done.stderr, done.stderr
+    assert "module specification" not in done.stderr
+    add_torch(site, (H200 / "torch-version.py").read_text(encoding="utf-8"))
+    done = run_cli(["verify", "--venv", str(venv)], gpu)
+    assert done.returncode == 1, done.stderr
+    assert f"the sagedoctor runtime is not installed in {venv}" in done.stderr
+    assert f"run `sagedoctor install --venv '{venv}'` first" in done.stderr  # as it was named
+    # Without a GPU, the same venv is what check and plan call impossible here: 2 alike.
+    codes = {c: run_cli([c, "--venv", str(venv)], clean_env(tmp_path)).returncode
+             for c in ("check", "plan", "verify")}
+    assert codes == {"check": 2, "plan": 2, "verify": 2}
