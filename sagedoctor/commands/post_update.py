@@ -200,10 +200,21 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
         same, why = unchanged_since_verify(prefix)
         old = [why.removesuffix(" changed") + " rewritten"] if not same and why.endswith(
             " changed") else []
-    stream.write("sagedoctor: " + (", ".join(old) if old else "the venv changed")
-                 + " since the last verify; verifying again\n")
+    from ..state import load_record
+
+    if load_record(prefix) is None:  # nothing verified yet: nothing can have changed since
+        stream.write("sagedoctor: this venv has no verify on record; verifying it now\n")
+    else:
+        stream.write("sagedoctor: " + (", ".join(old) if old else "the venv changed")
+                     + " since the last verify; verifying again\n")
     stream.flush()
-    verdict, crashed = _verify(python, prefix, options.quick_verify, stream)
+    if target.runtime is None:  # said plainly, not as the self-test's import error
+        forget_routing(prefix)
+        stream.write("verify cannot run: the sagedoctor runtime is not installed in this "
+                     "venv\n")
+        verdict, crashed = None, True  # as a self-test that could not run
+    else:
+        verdict, crashed = _verify(python, prefix, options.quick_verify, stream)
     facts = collect_facts(probe)  # with the record the verify just wrote
     # A wrong `sageattn()` is repaired even where the router found a good kernel: ComfyUI,
     # KJNodes and diffusers call it directly (SD167).
@@ -241,10 +252,15 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
                      "in use; `sagedoctor check` says more.\n")
         return EXIT_NOT_VERIFIED
     assert not isinstance(result, Blocked)
-    reason = ("the installed SageAttention was built for the old torch and no longer works"
-              if rebuild else "the verify found `sageattn()` wrong on "
-              + ", ".join(f"{w.name} ({w.gpu})" for w in wrong) if wrong
-              else "the verify found the installed build mismatched")
+    if rebuild:
+        reason = "the installed SageAttention was built for the old torch and no longer works"
+    elif wrong:
+        reason = "the verify found `sageattn()` wrong on " + ", ".join(
+            f"{w.name} ({w.gpu})" for w in wrong)
+    elif target.sageattention is None:
+        reason = "SageAttention is not installed in this venv"
+    else:
+        reason = "the verify found the installed build mismatched"
     stream.write(f"post-update: {reason}; the repair:\n")
     stream.write(render_plan_text(result, header=f"index: {index.source}"))
     stream.flush()
