@@ -39,8 +39,8 @@ def cannot_verify(facts: Facts, named: str) -> VerifyError | None:
 
     target = facts.target
     assert target is not None
-    if target.torch is not None and target.runtime is not None:
-        return None
+    if (target.torch is not None and target.runtime is not None) or facts.interrupted_install:
+        return None  # the self-test runs, or verify's own refusal (SD199) says what to do
     fatal = [f for f in diagnose(facts) if f.fatal]
     if fatal:
         return VerifyCannotWork(
