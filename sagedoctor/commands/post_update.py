@@ -187,7 +187,7 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     from ..install.recover import recover_pending
     from ..plan import Blocked
     from ..probe import collect_facts
-    from ..render_plan import render_plan_text
+    from ..render_plan import render_plan_text, text_style
     from ..resolve import ResolveOptions, resolve_plan
     from ..state import forget_routing
 
@@ -236,7 +236,8 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     routing = verdict == "routing"
     if not changing:
         if isinstance(result, Blocked):
-            stream.write(render_plan_text(result, header="post-update: cannot repair:"))
+            stream.write(render_plan_text(result, header="post-update: cannot repair:",
+                                          **text_style(stream)))
         if routing:
             stream.write("post-update: `sageattn()` is wrong here and nothing sagedoctor can "
                          "install replaces the build; the router keeps using the kernels "
@@ -262,7 +263,7 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     else:
         reason = "the verify found the installed build mismatched"
     stream.write(f"post-update: {reason}; the repair:\n")
-    stream.write(render_plan_text(result, header=f"index: {index.source}"))
+    stream.write(render_plan_text(result, header=f"index: {index.source}", **text_style(stream)))
     stream.flush()
     from ..diagnose import quote
     from ..probe.target import current_os
