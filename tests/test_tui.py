@@ -142,7 +142,7 @@ async def test_plan_screen_shows_every_step_with_its_reason_and_is_a_preview() -
             assert step.title in steps and step.reason in steps
         wheel = next(s.wheel for s in plan.steps if s.wheel)
         assert wheel.url in steps
-        assert "size: size unknown (the index has no sizes" in steps
+        assert "size: unknown (the index has no sizes" in steps and "size: size" not in steps
         assert [d.what for s in plan.steps for d in step_downloads(s)] == [wheel.file]
         assert "venv: removes sageattention" in steps
         changes = static(app, "#plan-changes")
@@ -320,6 +320,17 @@ async def test_whole_flow_by_keyboard_from_a_profile() -> None:
                         "CheckScreen"]
         await pilot.press("q")
     assert app.return_code == 0
+
+
+async def test_ctrl_c_quits_as_in_any_terminal_program() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=SAGE1))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        await pilot.press("ctrl+c")  # not Textual's "press ctrl+q to quit" pop-up
+        await settle(pilot)
+    assert app.return_code == 0 and not app.is_running
 
 
 async def test_every_screen_lists_its_keys_in_the_footer_at_80x24() -> None:

@@ -23,7 +23,7 @@ from ... import __version__
 from ...errors import SagedoctorError
 from ...install.execute import execute_plan
 from ...install.runner import InstallError
-from ...install.transaction import describe, file_count, snapshot_differences, take_snapshot
+from ...install.transaction import describe, files_match, snapshot_differences, take_snapshot
 from ...plan import Plan
 from ...terminal_text import printable
 from ..cancel import InstallCancelled, cancelled_in
@@ -151,7 +151,7 @@ v    verify on the GPU (once done)     b  back (once done)
         if differences:
             return "The venv differs from before: " + "; ".join(differences)
         return (f"Checked: the venv is as before ({describe(before)}); "
-                f"{file_count(before)} files match their sha256 from before.")
+                f"{files_match(before)} their sha256 from before.")
 
     def _progress(self, message: str) -> None:
         """Called by the executor (and its build heartbeat thread) for each event."""
