@@ -346,7 +346,8 @@ async def test_every_screen_lists_its_keys_in_the_footer_at_80x24() -> None:
             await pilot.press("escape")
         assert all("? Help" in line and "q Quit" in line for line in footers.values())
         assert "c Copy fix" in footers["check"] and "p Plan" in footers["check"]
-        assert "i Install" in footers["plan"] and "esc Back" in footers["plan"]
+        assert "esc Back" in footers["plan"]
+        assert "Install" not in footers["plan"]  # a preview of another machine: nothing to run
         assert "esc Back" in footers["verify"] and "esc Back" in footers["actions"]
 
 
@@ -444,3 +445,23 @@ def test_tui_check_gives_the_clis_verdict_with_the_plans_blockers(tmp_path: Path
     assert "SD204" in tui_codes and "SD204" not in {f.code for f in diagnose(
         load_facts_file(profile))}
     assert tui_codes == cli_codes
+
+
+async def test_r_in_facts_mode_says_there_is_nothing_to_check_again() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=SAGE1))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("r")
+        await settle(pilot)
+        said = [n.message for n in app._notifications]
+        assert any("nothing on this machine to check again" in m for m in said), said
+
+
+async def test_a_blocked_plan_does_not_offer_install() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=PROFILES / "macos-apple.json"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        assert "Install" not in screen_text(app).splitlines()[-1]
+        assert not app.screen.check_action("install", ())
