@@ -225,6 +225,8 @@ async def test_cancel_during_the_download_leaves_the_venv_unchanged(
         assert before["sageattention"] == "1.0.6"
         await pilot.press("v")  # nothing to verify after a cancel
         assert app.screen is screen
+        assert not screen.check_action("cancel", ()) and not screen.check_action("verify", ())
+        assert screen.check_action("leave", ())  # Esc now leaves, as b does
         await pilot.press("b")
         assert app.screen is not screen
 

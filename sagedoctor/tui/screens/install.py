@@ -50,9 +50,24 @@ v    verify on the GPU (once done)     b  back (once done)
 """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),
+        Binding("escape", "leave", "Back", show=False),  # once the install has ended
         Binding("v", "verify", "Verify"),
         Binding("b", "back", "Back"),
     ]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The footer offers what works now: `esc Cancel` while the install runs, `v Verify`
+        only after one that finished (a failed or cancelled one offered both)."""
+        if action == "cancel":
+            return self.state in ("running", "cancelling")
+        if action == "leave":
+            return self.state not in ("running", "cancelling")
+        if action == "verify":
+            return self.state == "done"
+        return True
+
+    def action_leave(self) -> None:
+        self.action_back()
 
     def __init__(self, plan: Plan, *, log_name: str | None = None) -> None:
         super().__init__()
@@ -256,6 +271,7 @@ v    verify on the GPU (once done)     b  back (once done)
             log.write_line(self._short(self.venv_check))
             log.write_line(self._short(f"logs: {self.tui.session.log_dir}"))
         self._tick()
+        self.refresh_bindings()
         if self.exit_code_when_done is not None:
             self.app.exit(return_code=self.exit_code_when_done)
 
