@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -447,9 +448,16 @@ def _disable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    target = _inspect_target(args)
-    from .commands.verify import run_verify
+    from .commands.verify import cannot_verify, run_verify
 
+    facts = _inspect(args, ("python", "gpu"))
+    target = facts.target
+    assert target is not None
+    named = (f"--python {shlex.quote(str(args.python))}" if args.python else
+             f"--venv {shlex.quote(str(args.venv or target.prefix))}")
+    refusal = cannot_verify(facts, named)
+    if refusal is not None:
+        raise refusal
     return run_verify(Path(target.executable), Path(target.prefix), args.quick,
                       args.json, repeat=args.repeat, fresh=args.fresh)
 

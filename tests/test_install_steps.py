@@ -303,10 +303,15 @@ def test_server_gone_mid_download_leaves_no_partial_file(venv: tuple[Path, Path]
     wheel = sage_wheel(tmp_path / "w")
     step = wheel_step(site, wheel)
     site.routes[f"/dl/{wheel.name}"] = ("drop", wheel.read_bytes()[:100])
-    with pytest.raises(InstallError, match="cut short"):  # SD921, not "check the network"
+    with pytest.raises(InstallError, match="cut short") as caught:  # SD921, not "check the network"
         run(python, tmp_path, step)
     assert tree_hashes(packages) == before
     assert not list(tmp_path.rglob("*.part")) and not list((tmp_path / "cache").rglob("*.whl"))
+    # The log ends with the error and what became of the venv, not at "downloading ...".
+    (log,) = (tmp_path / "logs").glob("install-*.log")
+    last = log.read_text(encoding="utf-8").splitlines()[-1]
+    assert f"stopped: error {caught.value.code}: {caught.value.message}" in last
+    assert "The venv was not changed" in last
 
 
 def test_githubs_asset_digest_is_checked_on_first_download(venv: tuple[Path, Path],

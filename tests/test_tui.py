@@ -143,7 +143,7 @@ async def test_plan_screen_shows_every_step_with_its_reason_and_is_a_preview() -
             assert step.title in steps and step.reason in steps
         wheel = next(s.wheel for s in plan.steps if s.wheel)
         assert wheel.url in steps
-        assert "size: size unknown (the index has no sizes" in steps
+        assert "size: unknown (the index has no sizes" in steps and "size: size" not in steps
         assert [d.what for s in plan.steps for d in step_downloads(s)] == [wheel.file]
         assert "venv: removes sageattention" in steps
         changes = static(app, "#plan-changes")
@@ -323,6 +323,17 @@ async def test_whole_flow_by_keyboard_from_a_profile() -> None:
     assert app.return_code == 0
 
 
+async def test_ctrl_c_quits_as_in_any_terminal_program() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=SAGE1))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        await pilot.press("ctrl+c")  # not Textual's "press ctrl+q to quit" pop-up
+        await settle(pilot)
+    assert app.return_code == 0 and not app.is_running
+
+
 async def test_every_screen_lists_its_keys_in_the_footer_at_80x24() -> None:
     app = SagedoctorApp(TuiOptions(facts_file=SAGE1,
                                    selftest_report=FIXTURES / "selftest-h200-main.json"))
@@ -336,7 +347,8 @@ async def test_every_screen_lists_its_keys_in_the_footer_at_80x24() -> None:
             await pilot.press("escape")
         assert all("? Help" in line and "q Quit" in line for line in footers.values())
         assert "c Copy fix" in footers["check"] and "p Plan" in footers["check"]
-        assert "i Install" in footers["plan"] and "esc Back" in footers["plan"]
+        assert "esc Back" in footers["plan"]
+        assert "Install" not in footers["plan"]  # a preview of another machine: nothing to run
         assert "esc Back" in footers["verify"] and "esc Back" in footers["actions"]
 
 
@@ -434,3 +446,23 @@ def test_tui_check_gives_the_clis_verdict_with_the_plans_blockers(tmp_path: Path
     assert "SD204" in tui_codes and "SD204" not in {f.code for f in diagnose(
         load_facts_file(profile))}
     assert tui_codes == cli_codes
+
+
+async def test_r_in_facts_mode_says_there_is_nothing_to_check_again() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=SAGE1))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("r")
+        await settle(pilot)
+        said = [n.message for n in app._notifications]
+        assert any("nothing on this machine to check again" in m for m in said), said
+
+
+async def test_a_blocked_plan_does_not_offer_install() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=PROFILES / "macos-apple.json"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        assert "Install" not in screen_text(app).splitlines()[-1]
+        assert not app.screen.check_action("install", ())

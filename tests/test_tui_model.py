@@ -165,3 +165,15 @@ def test_tilde_shortens_only_paths_under_home() -> None:
     assert tilde("/home/ana/", "/home/ana/") == "~/"
     assert tilde("/etc/x", "/") == "/etc/x"
     assert tilde(r"C:\Users\Ana\x", r"C:\Users\Ana") == r"C:\Users\Ana\x"
+
+
+def test_a_rollbacks_file_count_is_said_in_good_english() -> None:
+    from sagedoctor.install.transaction import files_match
+
+    def snapshot(*counts: int) -> dict:
+        return {"dists": {f"d{i}": [{"files": {f"f{j}": "x" for j in range(n)}}]
+                          for i, n in enumerate(counts)}}
+
+    assert files_match(snapshot(1)) == "1 file matches"
+    assert files_match(snapshot(1, 1)) == "2 files match"
+    assert files_match(snapshot()) == "0 files match"

@@ -202,14 +202,24 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     from ..install.recover import recover_pending
     from ..plan import Blocked
     from ..probe import collect_facts
-    from ..render.plan import render_plan_text
+    from ..render.plan import render_plan_text, text_style
+    from ..state import forget_routing, load_record
 
     target = facts.target
     old = _changes(prefix, target)
-    stream.write("sagedoctor: " + (", ".join(old) if old else "the venv changed")
-                 + " since the last verify; verifying again\n")
+    if load_record(prefix) is None:  # nothing verified yet: nothing can have changed since
+        stream.write("sagedoctor: this venv has no verify on record; verifying it now\n")
+    else:
+        stream.write("sagedoctor: " + (", ".join(old) if old else "the venv changed")
+                     + " since the last verify; verifying again\n")
     stream.flush()
-    verdict, crashed = _verify(python, prefix, options.quick_verify, stream)
+    if target.runtime is None:  # said plainly, not as the self-test's import error
+        forget_routing(prefix)
+        stream.write("verify cannot run: the sagedoctor runtime is not installed in this "
+                     "venv\n")
+        verdict, crashed = None, True  # as a self-test that could not run
+    else:
+        verdict, crashed = _verify(python, prefix, options.quick_verify, stream)
     facts = collect_facts(probe)  # with the record the verify just wrote
     # A wrong `sageattn()` is repaired even where the router found a good kernel: ComfyUI,
     # KJNodes and diffusers call it directly (SD167).
@@ -232,12 +242,17 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     if not changing:
         return _not_repairable(result, verdict, prefix, stream)
     assert not isinstance(result, Blocked)
-    reason = ("the installed SageAttention was built for the old torch and no longer works"
-              if rebuild else "the verify found `sageattn()` wrong on "
-              + ", ".join(f"{w.name} ({w.gpu})" for w in wrong) if wrong
-              else "the verify found the installed build mismatched")
+    if rebuild:
+        reason = "the installed SageAttention was built for the old torch and no longer works"
+    elif wrong:
+        reason = "the verify found `sageattn()` wrong on " + ", ".join(
+            f"{w.name} ({w.gpu})" for w in wrong)
+    elif target.sageattention is None:
+        reason = "SageAttention is not installed in this venv"
+    else:
+        reason = "the verify found the installed build mismatched"
     stream.write(f"post-update: {reason}; the repair:\n")
-    stream.write(render_plan_text(result, header=f"index: {index.source}"))
+    stream.write(render_plan_text(result, header=f"index: {index.source}", **text_style(stream)))
     stream.flush()
     fix = _repair_command(prefix, options)
     try:
@@ -270,11 +285,12 @@ def _not_repairable(result: Any, verdict: str | None, prefix: Path, stream: Text
     """No plan changes anything: the verified kernels stay ('routing'), else routing is
     switched off."""
     from ..plan import Blocked
-    from ..render.plan import render_plan_text
+    from ..render.plan import render_plan_text, text_style
     from ..state import forget_routing
 
     if isinstance(result, Blocked):
-        stream.write(render_plan_text(result, header="post-update: cannot repair:"))
+        stream.write(render_plan_text(result, header="post-update: cannot repair:",
+                                      **text_style(stream)))
     if verdict == "routing":
         stream.write("post-update: `sageattn()` is wrong here and nothing sagedoctor can "
                      "install replaces the build; the router keeps using the kernels "

@@ -171,6 +171,17 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _outcome(exc: BaseException) -> str:
+    from ..errors import SagedoctorError
+
+    if isinstance(exc, SagedoctorError):
+        return (f"stopped: error {exc.code}: {exc.message}"
+                + (f"; fix: {exc.fix}" if exc.fix else ""))
+    if isinstance(exc, KeyboardInterrupt):
+        return "stopped: interrupted (Ctrl+C); the venv was rolled back first where it changed"
+    return f"stopped: {type(exc).__name__}: {exc}"
+
+
 class Executor:
     def __init__(self, plan: Plan, progress: Progress, work: Path, log_dir: Path, *,
                  cache_dir: Path | None = None, offline: bool = False,
@@ -272,6 +283,13 @@ class Executor:
                 finally:
                     if not keep_journal:
                         self.journal.finish()
+        except BaseException as exc:
+            # The log ends with how the run ended, not at its last step's first line: the
+            # error, its fix (which says what became of the venv) or the interruption.
+            self.log.write(_outcome(exc))
+            raise
+        else:
+            self.log.write("finished")
         finally:
             self.log.close()
 

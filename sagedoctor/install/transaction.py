@@ -118,6 +118,12 @@ def file_count(snapshot: dict[str, Any]) -> int:
     return sum(len(e["files"]) for entries in snapshot["dists"].values() for e in entries)
 
 
+def files_match(snapshot: dict[str, Any]) -> str:
+    """'N files match' ('1 file matches'): what a rollback's check says of the venv."""
+    count = file_count(snapshot)
+    return f"{count} file matches" if count == 1 else f"{count} files match"
+
+
 def describe(snapshot: dict[str, Any]) -> str:
     parts = []
     for name in sorted(snapshot["dists"]):
@@ -322,7 +328,7 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
             "named distributions with the venv's installer")
     configs = f"; {edited} edited config file(s) restored" if edited else ""
     return (f"the venv is as before the install: {describe(before)}; "
-            f"{file_count(before)} files match their sha256 from before{configs}")
+            f"{files_match(before)} their sha256 from before{configs}")
 
 
 def boot_id() -> str | None:

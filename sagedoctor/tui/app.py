@@ -27,6 +27,9 @@ class SagedoctorApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit_app", "Quit"),
+        # Ctrl+C quits as in any terminal program (Textual's own only says "press ctrl+q");
+        # never while an install runs: that one asks for Esc first.
+        Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
     ]
 
     def __init__(self, options: TuiOptions, *, clock: Callable[[], float] = time.monotonic,

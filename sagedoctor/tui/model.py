@@ -143,7 +143,8 @@ def step_lines(number: int, step: Step, cached: Mapping[str, int] | None = None
     if step.wheel is not None:
         lines.append(f"   download: {step.wheel.file}")
         lines.append(f"   from: {step.wheel.url}")
-        lines.append(f"   size: {_size_text(downloads[0])}")
+        # "size: unknown (...)", never "size: size unknown"
+        lines.append(f"   size: {_size_text(downloads[0]).removeprefix('size ')}")
         lines.append(f"   sha256: {step.wheel.sha256} ({step.wheel.sha256_source})"
                      if step.wheel.sha256 else "   sha256: not in the index (recorded)")
     else:

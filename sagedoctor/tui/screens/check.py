@@ -185,7 +185,12 @@ r        check again
             self.app.push_screen(ActionsScreen())
 
     def action_recheck(self) -> None:
+        if self.tui.session.preview_only:  # facts from a file: nothing here to look at again
+            self.notify("These facts come from a file (--facts): there is nothing on this "
+                        "machine to check again.", severity="warning")
+            return
         if not self.done:
+            self.notify("The check is still running.")
             return
         self.failure = None
         for area in AREAS:

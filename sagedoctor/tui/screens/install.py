@@ -32,7 +32,7 @@ from ...events import (
 )
 from ...install.execute import execute_plan
 from ...install.runner import InstallError
-from ...install.transaction import describe, file_count, snapshot_differences, take_snapshot
+from ...install.transaction import describe, files_match, snapshot_differences, take_snapshot
 from ...plan import Plan
 from ...render.terminal_text import printable
 from ..cancel import InstallCancelled, cancelled_in
@@ -59,9 +59,24 @@ v    verify on the GPU (once done)     b  back (once done)
 """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),
+        Binding("escape", "leave", "Back", show=False),  # once the install has ended
         Binding("v", "verify", "Verify"),
         Binding("b", "back", "Back"),
     ]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The footer offers what works now: `esc Cancel` while the install runs, `v Verify`
+        only after one that finished (a failed or cancelled one offered both)."""
+        if action == "cancel":
+            return self.state in ("running", "cancelling")
+        if action == "leave":
+            return self.state not in ("running", "cancelling")
+        if action == "verify":
+            return self.state == "done"
+        return True
+
+    def action_leave(self) -> None:
+        self.action_back()
 
     def __init__(self, plan: Plan, *, log_name: str | None = None) -> None:
         super().__init__()
@@ -160,7 +175,7 @@ v    verify on the GPU (once done)     b  back (once done)
         if differences:
             return "The venv differs from before: " + "; ".join(differences)
         return (f"Checked: the venv is as before ({describe(before)}); "
-                f"{file_count(before)} files match their sha256 from before.")
+                f"{files_match(before)} their sha256 from before.")
 
     def _progress(self, line: str) -> None:
         """Each event's text (events.step_lines), from the executor and its build heartbeat
@@ -278,6 +293,7 @@ v    verify on the GPU (once done)     b  back (once done)
             log.write_line(self._short(self.venv_check))
             log.write_line(self._short(f"logs: {self.tui.session.log_dir}"))
         self._tick()
+        self.refresh_bindings()
         if self.exit_code_when_done is not None:
             self.app.exit(return_code=self.exit_code_when_done)
 

@@ -61,12 +61,14 @@ Esc                 back to the check, nothing changed
         self.app.call_from_thread(self._show, result)
 
     def _show_error(self, exc: SagedoctorError) -> None:
+        self.refresh_bindings()
         self.query_one("#plan-head", Static).update(
             one_line(f"No plan: error {exc.code}: {exc.message}"))
         self.query_one("#plan-changes", Static).update(one_line(f"fix: {exc.fix}")
                                                         if exc.fix else "")
 
     def _show(self, result: Plan | Blocked) -> None:
+        self.refresh_bindings()  # the footer offers `i Install` only where it can run
         head = self.query_one("#plan-head", Static)
         steps = self.query_one("#plan-steps", Static)
         changes = self.query_one("#plan-changes", Static)
@@ -99,6 +101,15 @@ Esc                 back to the check, nothing changed
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`i Install` is offered only for a plan this machine can carry out: not in a
+        preview of another machine's facts, not for a blocked plan or one with no steps."""
+        if action != "install":
+            return True
+        result = self.tui.session.plan
+        return (isinstance(result, Plan) and bool(result.steps)
+                and not self.tui.session.preview_only)
 
     def action_install(self) -> None:
         result = self.tui.session.plan
