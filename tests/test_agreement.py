@@ -333,7 +333,10 @@ def apply_plan(facts: Facts, plan: Plan) -> Facts:
             inv = replace(inv, attention_backend=dict(step.config)["attention_backend"])
         elif step.action == "verify":
             hooked = record.hooked if record is not None else False
-            record = _current_record(replace(facts, target=target), hooked)
+            # the same GPU measures the apps' shapes as the verify before did
+            shapes = record.app_shapes if record is not None else ()
+            record = replace(_current_record(replace(facts, target=target), hooked),
+                             app_shapes=shapes)
     return replace(facts, target=target, invokeai=inv, verification=record,
                    interrupted_install=pending)
 
