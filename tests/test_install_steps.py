@@ -312,6 +312,8 @@ def test_server_gone_mid_download_leaves_no_partial_file(venv: tuple[Path, Path]
     last = log.read_text(encoding="utf-8").splitlines()[-1]
     assert f"stopped: error {caught.value.code}: {caught.value.message}" in last
     assert "The venv was not changed" in last
+    # The fix ends as a sentence before the next begins (SD910 ran them together).
+    assert re.search(r"\w[.!?] The venv was not changed: ", caught.value.fix), caught.value.fix
 
 
 def test_githubs_asset_digest_is_checked_on_first_download(venv: tuple[Path, Path],

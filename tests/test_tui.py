@@ -466,3 +466,27 @@ async def test_a_blocked_plan_does_not_offer_install() -> None:
         await settle(pilot)
         assert "Install" not in screen_text(app).splitlines()[-1]
         assert not app.screen.check_action("install", ())
+
+
+async def test_the_help_overlay_wraps_its_sentences_whole_at_80x24() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=SAGE1))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await settle(pilot)
+        lines = [line.strip(" │█╭╮╰╯─") for line in screen_text(app).splitlines()]
+        text = " ".join(line for line in lines if line)
+        assert "Enter selects, Esc goes back" in text and "q or Ctrl+C quits" in text
+        assert "selects," not in [line.strip() for line in lines]  # never a lone fragment
+
+
+async def test_every_fix_of_the_selected_area_is_on_screen_at_80x24() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=SAGE1))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        for _ in range(5):  # down to SageAttention: SD162 and SD191, each with a fix
+            await pilot.press("down")
+        await settle(pilot)
+        shown = screen_text(app)
+        assert "SD162" in shown and "SD191" in shown
+        assert shown.count("fix: sagedoctor install --venv") == 2, shown

@@ -171,6 +171,15 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _then(fix: str, more: str) -> str:
+    """A fix, then one more sentence: the fix ends as a sentence first (SD910 ran 'the install
+    log has the full output The venv was not changed' together)."""
+    fix = fix.strip()
+    if not fix:
+        return more
+    return f"{fix}{'' if fix.endswith(('.', '!', '?')) else '.'} {more}"
+
+
 def _outcome(exc: BaseException) -> str:
     from ..errors import SagedoctorError
 
@@ -322,9 +331,9 @@ class Executor:
                 prepared = self._prepare_all(runtime_version, use_build)
             except InstallError as exc:
                 if isinstance(exc, InstallInterrupted) or not can_fall_back or use_build:
-                    raise type(exc)(exc.message, f"{exc.fix} The venv was not changed: "
-                                    "nothing is installed before every wheel exists."
-                                    .strip()) from exc
+                    raise type(exc)(exc.message, _then(
+                        exc.fix, "The venv was not changed: nothing is installed before "
+                        "every wheel exists.")) from exc
                 assert sage is not None
                 reason = f"{sage.index_url} did not serve it ({exc.message[:160]})"
                 self.fallback_reasons.append(reason)

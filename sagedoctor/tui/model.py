@@ -37,12 +37,15 @@ class AreaRow:
     def details(self) -> str:
         if self.state == "pending":
             return f"{self.title}: still checking."
+        # Each finding's fix right under its title, the longer detail after it: at 80x24 the
+        # pane shows about six lines, and a long detail pushed the next finding's fix out.
         lines = [f"{self.title}: {self.line}"]
         for f in self.findings:
-            detail = f": {f.detail}" if f.detail else ""
-            lines.append(f"{MARKS[f.severity]} {f.code} {f.title}{detail}")
+            lines.append(f"{MARKS[f.severity]} {f.code} {f.title}")
             if f.fix:
                 lines.append(f"    fix: {f.fix}")
+            if f.detail:
+                lines.append(f"    {f.detail}")
         return "\n".join(one_line(line) for line in lines)  # outside text: no escapes
 
 

@@ -10,11 +10,12 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-GENERAL = """\
-Every screen works with the keyboard alone: arrows or Tab move, Enter selects,
-Esc goes back, ? opens this help, q quits (not while an install runs).
-The footer always lists the keys of the screen you are on.
-"""
+# One line per paragraph: the overlay wraps it at its own width (a hard break at 80 columns
+# left "selects," alone on a line).
+GENERAL = (
+    "Every screen works with the keyboard alone: arrows or Tab move, Enter selects, Esc goes "
+    "back, ? opens this help, q or Ctrl+C quits (not while an install runs). The footer "
+    "always lists the keys of the screen you are on.\n")
 
 
 class HelpScreen(ModalScreen[None]):
