@@ -23,8 +23,8 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .commands.plan import PlanOptions
     from .facts import Facts, TargetFacts
+    from .flows.plan import PlanOptions
 
 EXIT_TOOL_FAILED = exit_codes.TOOL_FAILED
 EXIT_USAGE = exit_codes.USAGE
@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _plan_options(args: argparse.Namespace) -> PlanOptions:
-    from .commands.plan import PlanOptions
+    from .flows.plan import PlanOptions
 
     return PlanOptions(venv=args.venv, python=args.python, root=args.root,
                        comfyui=args.comfyui,
@@ -357,7 +357,8 @@ def _tui(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .commands.check import CheckOptions, run_check
+    from .commands.check import run_check
+    from .flows.check import CheckOptions
 
     return run_check(
         CheckOptions(

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import TextIO
 
 from .. import __version__, exit_codes
+from ..flows.plan import PlanOptions, gather
 from ..install.recover import recover_pending
 from ..install.runlog import default_log_dir
 from ..install.source_url import chosen_source_url
 from ..plan import Blocked
 from ..render.plan import plan_exit_code, render_plan_json, render_plan_text, text_style
-from .plan import PlanOptions, gather
 from .verify import run_verify
 
 
