@@ -419,9 +419,9 @@ def test_a_stale_journal_whose_pid_now_is_another_process_is_recovered(
         assert pending.pid == unrelated.pid
         env = dict(clean_env(tmp_path), XDG_STATE_HOME=str(tmp_path / "xdg"))
         refused = run_cli(["enable", "--venv", str(prefix)], env, timeout=120)
-        said = refused.stdout + refused.stderr
-        assert "SD199" in said and "an install was interrupted" in said, said
-        assert "wait for it" not in said and "sagedoctor install --venv" in said
+        text = refused.stdout + refused.stderr
+        assert "SD199" in text and "an install was interrupted" in text, text
+        assert "wait for it" not in text and "sagedoctor install --venv" in text
         said: list[str] = []
         assert recover_pending(prefix, said.append)  # what `sagedoctor install` runs first
         assert any("was interrupted; recovering" in m for m in said), said
