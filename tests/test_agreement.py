@@ -331,6 +331,8 @@ def apply_plan(facts: Facts, plan: Plan) -> Facts:
             target = replace(target, runtime=step.requirement.split("==", 1)[1])
         elif step.action == "enable-invokeai" and inv is not None:
             inv = replace(inv, attention_backend=dict(step.config)["attention_backend"])
+        elif step.action == "remove-hook" and record is not None:
+            record = replace(record, hook_problem=None)
         elif step.action == "verify":
             hooked = record.hooked if record is not None else False
             # the same GPU measures the apps' shapes as the verify before did

@@ -526,3 +526,22 @@ def test_the_same_source_folder_installed_twice_changes_nothing_the_second_time(
                                                            encoding="utf-8")
     _third, out = run(python, tmp_path, step)
     assert "building:" in out and "committed" in out
+
+
+def test_a_folder_at_the_hook_path_is_moved_aside_by_the_install(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    """check says SD136 for a folder at the start-up hook's path (the hook is off): the plan's
+    remove-hook step removes it (as `disable` does), and nothing else of the venv changes."""
+    python, packages = venv
+    hook = packages / "sagedoctor-runtime.pth"
+    hook.mkdir()
+    (hook / "kept.txt").write_text("someone's file\n", encoding="utf-8")
+    before = tree_hashes(packages)
+    step = Step("remove-hook", "Move aside what is at the start-up hook's path", "why",
+                paths=(str(hook),))
+    _executor, out = run(python, tmp_path, step)
+    assert not hook.exists()
+    assert f"removed {hook}" in out
+    assert {k: v for k, v in before.items() if "sagedoctor-runtime.pth" not in k} \
+        == {k: v for k, v in tree_hashes(packages).items()
+            if not k.startswith("sagedoctor/")}

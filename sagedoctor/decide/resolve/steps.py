@@ -4,6 +4,7 @@ runtime and the verify last, and the roll-back of an interrupted install. Pure."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePosixPath, PureWindowsPath
 
 from packaging.tags import cpython_tags
 from packaging.version import Version
@@ -11,6 +12,7 @@ from packaging.version import Version
 from ... import __version__
 from ...facts import Facts, Gpu, TargetFacts
 from ...plan import Step, Switch
+from ...runtime.files import HOOK_FILE
 from ..app_switch import choose_invokeai_switch
 from ..matrix import required_sage_modules
 from ..requirements import (
@@ -134,6 +136,7 @@ def final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
     if inv is not None and inv.attention_type == "sliced":
         notes.append(f"{inv.config_path} sets attention_type: sliced; SD1.5/SDXL then never "
                      "call SDPA, so the runtime cannot speed them up (set it to auto)")
+    steps += hook_path_steps(facts, target)
     if changed or steps:
         steps.append(Step("verify", "Verify in the target venv",
                           "check every kernel against SDPA on each GPU and time it"))
@@ -142,6 +145,20 @@ def final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
                           "the start-up hook is on and no verify covers the build installed "
                           "now, so the runtime keeps SageAttention off until one passes"))
     return steps, notes
+
+
+def hook_path_steps(facts: Facts, target: TargetFacts) -> list[Step]:
+    """Something that is no file at the start-up hook's path (a folder, a FIFO) keeps the hook
+    off, as check says (SD136): the install moves it aside, so check and plan agree."""
+    record = facts.verification
+    if record is None or record.hook_problem is None or not target.site_packages:
+        return []
+    windows = facts.system is not None and facts.system.os == "windows"
+    site = PureWindowsPath(target.site_packages) if windows else PurePosixPath(
+        target.site_packages)
+    return [Step("remove-hook", "Move aside what is at the start-up hook's path",
+                 f"{record.hook_problem}: it keeps the start-up hook off; `sagedoctor enable` "
+                 "writes the hook after the install", paths=(str(site / HOOK_FILE),))]
 
 
 def app_switches(facts: Facts, options: ResolveOptions) -> tuple[Switch, ...]:
