@@ -25,6 +25,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .facts import Facts, TargetFacts
     from .flows.plan import PlanOptions
+    from .tui import TuiOptions
 
 EXIT_TOOL_FAILED = exit_codes.TOOL_FAILED
 EXIT_USAGE = exit_codes.USAGE
@@ -263,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="check and plan a saved `check --json` file (a preview: nothing is "
                           "installed)")
     _route_options(tui)
+    _use_option(tui)
     tui.add_argument("--report", type=Path, metavar="FILE",
                      help="show this saved self-test report (`verify --json`) on the verify "
                           "screen instead of running one")
@@ -346,14 +348,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _output_outcome(_main(args), args)
 
 
-def _tui(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .tui import TuiOptions, run_tui
+def tui_options(args: argparse.Namespace) -> TuiOptions:
+    """The TUI's options from its command line (its check and plan get --use as the CLI's)."""
+    from .tui import TuiOptions
 
-    return run_tui(TuiOptions(
+    return TuiOptions(
         venv=args.venv, python=args.python, root=args.root, facts_file=args.facts,
         index_file=args.index, source_dir=args.source,
         use_linux_indexes=not args.no_wheel_index, selftest_report=args.report,
-        quick_verify=args.quick))
+        quick_verify=args.quick, use=args.use)
+
+
+def _tui(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .tui import run_tui
+
+    return run_tui(tui_options(args))
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -92,14 +92,16 @@ def leftovers(facts: Facts) -> Facts | None:
     return _target(base, sageattention=sage)
 
 
-def invokeai_with_backend(config_error: str | None = None) -> Mutation:
+def invokeai_with_backend(config_error: str | None = None,
+                          configured: str | None = None) -> Mutation:
+    """InvokeAI 6.15 (it declares attention_backend) with invokeai.yaml setting `configured`."""
     def mutate(facts: Facts) -> Facts | None:
         base = with_runtime(facts)
         if base is None or base.target is None or base.invokeai is None \
                 or base.invokeai.root is None:
             return None
-        package = InvokeAIPackageFacts("6.15.0", True, ("torch-sdp", "sageattention"))
-        inv = replace(base.invokeai, attention_backend=None, config_error=config_error)
+        package = InvokeAIPackageFacts("6.15.0", True, ("auto", "torch-sdp", "sageattention"))
+        inv = replace(base.invokeai, attention_backend=configured, config_error=config_error)
         return replace(_target(base, invokeai=package) or base, invokeai=inv)
     return mutate
 
@@ -153,6 +155,10 @@ MUTATIONS: dict[str, Mutation] = {
                                                           "'attention_type' (line 7)"),
     "invokeai-backend-root-not-a-root": lambda facts: _not_a_root(
         invokeai_with_backend()(facts)),
+    # InvokeAI's own switch already on: set back where the hook is chosen (issue 36)
+    "invokeai-switch-on": invokeai_with_backend(configured="sageattention"),
+    "invokeai-switch-on-b300": lambda facts: (gpus("10.3")(switched) if (
+        switched := invokeai_with_backend(configured="sageattention")(facts)) else None),
     "b300": gpus("10.3"),
     "h100-v100": gpus("9.0", "7.0"),
     "b300-h100": gpus("10.3", "9.0"),
@@ -285,7 +291,7 @@ def test_the_variations_are_not_vacuous() -> None:
     assert len(empty) >= 10 and len(steps) >= 50 and len(blocked) >= 50
     codes = {f.code for r in results for f in r.findings if f.severity == "error"}
     assert {"SD168", "SD191", "SD193", "SD183", "SD165", "SD205", "SD203", "SD204",
-            "SD197", "SD199"} <= codes
+            "SD197", "SD199", "SD194"} <= codes
 
 
 # --- what a fix does to the facts (the model the properties replay) ---------------------------

@@ -68,11 +68,83 @@ def test_no_kernel_gpus_choose_the_hook(name: str, cc: str) -> None:
     assert "enable-invokeai" not in [s.action for s in steps]
 
 
-def test_jetson_with_the_switch_already_on_is_a_warning_with_the_fix() -> None:
-    [found] = switch_findings(profile("linux-orin-invokeai-switch-on"))
-    assert (found.code, found.severity) == ("SD194", "warn")
+def test_jetson_with_the_switch_already_on_is_an_error_the_blocked_install_cannot_fix() -> None:
+    from sagedoctor.decide.assess import assess
+
+    facts = profile("linux-orin-invokeai-switch-on")
+    [found] = switch_findings(facts)
+    assert (found.code, found.severity) == ("SD194", "error")
     assert "is on but has no kernel here: SDPA serves" in found.detail
-    assert found.fix.startswith("set attention_backend: auto")
+    assert found.detail.endswith("The install sets attention_backend: auto")
+    assert found.fix == "sagedoctor install --venv /home/ana/app/.venv"
+    # SageAttention cannot work on a Jetson at all (SD114): the fix points there instead
+    [said] = [f for f in assess(facts, INDEX).findings if f.code == "SD194"]
+    assert said.fix == "none here: SageAttention cannot work on this machine (SD114)"
+
+
+def with_switch_on(facts: Facts, choices: tuple[str, ...] = ("auto", "torch-sdp", "sage")
+                   ) -> Facts:
+    """invokeai.yaml selects InvokeAI's own switch (`attention_backend: sage`)."""
+    assert facts.target is not None and facts.target.invokeai is not None
+    assert facts.invokeai is not None
+    package = replace(facts.target.invokeai, attention_backend_choices=choices)
+    return replace(facts, target=replace(facts.target, invokeai=package),
+                   invokeai=replace(facts.invokeai, attention_backend="sage"))
+
+
+@pytest.mark.parametrize(("name", "use"), [
+    ("linux-h100-invokeai-rule-slower", None),  # verify measured its rule's shapes slower
+    ("windows-rtx2080-invokeai-switch", None),  # no kernel for sm75 in InvokeAI's table
+    ("windows-invokeai-backend-not-set", "sagedoctor")])  # served, but --use sagedoctor
+def test_where_the_hook_is_chosen_the_plan_sets_invokeais_switch_back(
+        name: str, use: str | None) -> None:
+    from sagedoctor.decide.assess import assess
+    from sagedoctor.decide.findings import exit_code
+
+    facts = with_switch_on(profile(name))
+    options = ResolveOptions(use=use)
+    result = assess(facts, INDEX, options)
+    plan = result.plan
+    assert isinstance(plan, Plan)
+    [step] = [s for s in plan.steps if s.action == "enable-invokeai"]
+    assert step.config == (("attention_backend", "auto"),)
+    assert facts.invokeai is not None and step.paths == (facts.invokeai.config_path,)
+    assert step.title == ("Set attention_backend: auto in invokeai.yaml (was sage: "
+                          "sagedoctor's hook routes instead)")
+    assert choose_invokeai_switch(facts, use).why in step.reason
+    assert not any("is not written" in n for n in plan.notes)  # the step says it now
+    [sd194] = [f for f in result.findings if f.code == "SD194"]
+    assert sd194.severity == "error" and exit_code(result.findings) == 1
+    assert "The install sets attention_backend: auto" in sd194.detail
+    assert sd194.fix.startswith("sagedoctor install --venv ")
+    # with the switch set back, nothing is left to do about it: one router, the hook
+    after = replace(facts, invokeai=replace(facts.invokeai, attention_backend="auto"))
+    again = assess(after, INDEX, options)
+    assert isinstance(again.plan, Plan)
+    assert "enable-invokeai" not in [s.action for s in again.plan.steps]
+    assert [f.severity for f in again.findings if f.code == "SD194"] == ["info"]
+
+
+def test_the_switch_goes_back_to_a_choice_this_invokeai_offers() -> None:
+    from sagedoctor.decide.requirements import invokeai_switch_reset
+
+    facts = profile("windows-rtx2080-invokeai-switch")
+    assert invokeai_switch_reset(with_switch_on(facts)) == "auto"
+    assert invokeai_switch_reset(with_switch_on(facts, ("torch-sdp", "sage"))) == "torch-sdp"
+    assert invokeai_switch_reset(with_switch_on(facts, ("sage",))) is None  # nothing else
+    only_sage = resolve_plan(with_switch_on(facts, ("sage",)), INDEX)
+    assert isinstance(only_sage, Plan)
+    assert "enable-invokeai" not in [s.action for s in only_sage.steps]
+    assert any("offers no other value to set" in n for n in only_sage.notes)
+    # where InvokeAI's own switch is the better one, a yaml that selects it is left alone
+    served = with_switch_on(profile("windows-invokeai-backend-not-set"))
+    assert invokeai_switch_reset(served) is None
+    assert invokeai_switch_reset(served, "sagedoctor") == "auto"
+    # --enable-invokeai off (the TUI's toggle): the yaml is not touched
+    untouched = resolve_plan(with_switch_on(facts), INDEX,
+                             ResolveOptions(enable_invokeai=False))
+    assert isinstance(untouched, Plan)
+    assert "enable-invokeai" not in [s.action for s in untouched.steps]
 
 
 def test_a_gpu_it_serves_gets_its_own_switch_and_the_kernel_is_named() -> None:

@@ -68,8 +68,14 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]
     site = make_venv(root / ".venv")
     borrow_host_site(site)
     add_dist(site, "invokeai", "6.20.0", {"invokeai/__init__.py": "",
-                                           "invokeai/scope.py": SCOPE})
+                                           "invokeai/scope.py": SCOPE,
+                                           "invokeai/app/__init__.py": "",
+                                           "invokeai/app/run_app.py": APP})
     python = venv_python(root / ".venv")
+    # InvokeAI's console script, as the launcher starts it (argv[0] is this file)
+    (python.parent / "invokeai-web").write_text(
+        "import runpy\nrunpy.run_module('invokeai.app.run_app', run_name='__main__')\n",
+        encoding="utf-8")
     Installer.for_target(python).install([str(build_runtime_wheel(tmp / "w", "0.1.0"))])
     env = clean_env(tmp)
     done = subprocess.run([str(python), "-c", "import json, sagedoctor_runtime.hook as h; "
@@ -81,14 +87,20 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]
     return python, env
 
 
-def run(python: Path, env: dict[str, str], yaml: str | None, *args: str) -> tuple[dict, list]:
+def run(python: Path, env: dict[str, str], yaml: str | None, *args: str,
+        how: str = "script") -> tuple[dict, list]:
+    """The app in the venv: as InvokeAI's `invokeai-web` ("entry"), as `-m invokeai.app.run_app`
+    ("module"), or as a plain script of the same venv (`-c`)."""
     config = python.parents[2] / "invokeai.yaml"
     if yaml is None:
         config.unlink(missing_ok=True)
     else:
         config.write_text(yaml, encoding="utf-8")
-    done = subprocess.run([str(python), "-c", APP, *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    start = {"entry": [str(python), str(python.parent / "invokeai-web")],
+             "module": [str(python), "-m", "invokeai.app.run_app"],
+             "script": [str(python), "-c", APP]}[how]
+    done = subprocess.run([*start, *args], capture_output=True, text=True, env=env,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     ours = [line for line in done.stderr.splitlines() if line.startswith("sagedoctor: ")]
     return json.loads(done.stdout), ours
@@ -97,17 +109,20 @@ def run(python: Path, env: dict[str, str], yaml: str | None, *args: str) -> tupl
 def test_without_the_app_switch_the_hook_arms_underneath(app: tuple[Path, dict]) -> None:
     # The contrast: what two routers look like (the app's wraps sagedoctor's trampoline).
     python, env = app
-    info, ours = run(python, env, "schema_version: 4.0.3\nattention_backend: auto\n")
+    info, ours = run(python, env, "schema_version: 4.0.3\nattention_backend: auto\n",
+                     how="entry")
     # sagedoctor's router took the function over at the first call, the app's scope inside
     # or outside it: two routers on one function.
     assert info["router_loaded"] and ours == []
     assert (info["outer"], info["inner_is_torch"]) != ("invokeai_sage_scope", True)
 
 
-def test_invokeai_switch_on_means_one_router_said_once(app: tuple[Path, dict]) -> None:
+@pytest.mark.parametrize("how", ["entry", "module"])
+def test_invokeai_switch_on_means_one_router_said_once(app: tuple[Path, dict],
+                                                        how: str) -> None:
     python, env = app
     info, ours = run(python, env, "# Internal metadata\nschema_version: 4.0.3\n\n"
-                     "attention_backend: 'sage'   # set by hand\n")
+                     "attention_backend: 'sage'   # set by hand\n", how=how)
     assert info == {"outer": "invokeai_sage_scope", "inner_is_torch": True,
                     "inner_module": info["inner_module"], "router_loaded": False}
     config = python.parents[2] / "invokeai.yaml"
@@ -142,6 +157,65 @@ def test_configured_backend_reads_only_top_level_keys_of_a_regular_file(
     os.mkfifo(fifo)
     assert configured_backend(str(fifo)) is None  # not opened: it would block
     assert configured_backend(str(tmp_path / "missing.yaml")) is None
+
+
+def test_a_script_of_the_invokeai_venv_keeps_the_hook(app: tuple[Path, dict]) -> None:
+    # Not InvokeAI: no scope of InvokeAI's rebinds SDPA here, whatever its yaml says.
+    python, env = app
+    info, ours = run(python, env, "attention_backend: sage\n", how="script")
+    assert info["router_loaded"] and ours == []
+
+
+def test_invokeai_config_option_names_the_file_it_reads(app: tuple[Path, dict],
+                                                         tmp_path: Path) -> None:
+    python, env = app
+    root = python.parents[2]
+    other = tmp_path / "my settings.yaml"
+    other.write_text("attention_backend: sage\n", encoding="utf-8")
+    # the root's file says auto; the --config file InvokeAI reads says sage: aside
+    info, ours = run(python, env, "attention_backend: auto\n", "--config", str(other),
+                     how="entry")
+    assert not info["router_loaded"]
+    assert ours == [f"sagedoctor: InvokeAI's attention_backend: sage ({other}) is on, so "
+                    "sagedoctor's start-up hook stands aside (one router at a time; "
+                    "`sagedoctor check` shows the pair)"]
+    # the other way round: the root's file says sage, the --config one auto: the hook routes
+    other.write_text("attention_backend: auto\n", encoding="utf-8")
+    info, ours = run(python, env, "attention_backend: sage\n", f"--config={other}",
+                     how="module")
+    assert info["router_loaded"] and ours == []
+    # a relative --config is the root's (InvokeAI reads root / --config)
+    (root / "alt.yaml").write_text("attention_backend: sage\n", encoding="utf-8")
+    try:
+        info, ours = run(python, env, "attention_backend: auto\n", "--config", "alt.yaml",
+                         how="entry")
+    finally:
+        (root / "alt.yaml").unlink()
+    assert not info["router_loaded"] and f"({root / 'alt.yaml'})" in ours[0]
+    # INVOKEAI_ATTENTION_BACKEND beats the file, as pydantic-settings has it in InvokeAI
+    info, ours = run(python, {**env, "INVOKEAI_ATTENTION_BACKEND": "sage"},
+                     "attention_backend: auto\n", how="entry")
+    assert not info["router_loaded"]
+    assert "(INVOKEAI_ATTENTION_BACKEND in the environment)" in ours[0]
+
+
+@pytest.mark.parametrize(("argv", "orig_argv", "runs"), [
+    (["/r/.venv/bin/invokeai-web", "--root", "/r"], ["/r/.venv/bin/python", "x"], True),
+    (["C:\\r\\.venv\\Scripts\\invokeai-web.exe"], [], True),
+    (["C:\\r\\.venv\\Scripts\\invokeai-web-script.py"], [], True),
+    (["/pkg/invokeai/app/run_app.py"], ["py", "-X", "utf8", "-m", "invokeai.app.run_app"], True),
+    (["/pkg/invokeai/app/run_app.py"], ["py", "-minvokeai.app.run_app"], True),
+    (["/pkg/invokeai/app/run_app.py"], [], True),  # no orig_argv (Python 3.9): the file says it
+    (["/home/u/invokeai/gen.py"], ["py", "/home/u/invokeai/gen.py"], False),  # the root's folder
+    (["-c"], ["py", "-c", "code", "-m", "invokeai"], False),  # after -c: the script's own args
+    (["/r/.venv/bin/invokeai-model-install"], [], False),
+    (["/usr/bin/jupyter-lab"], ["py", "-m", "jupyterlab"], False),
+    ([], [], False)])
+def test_only_invokeais_own_process_counts(argv: list[str], orig_argv: list[str],
+                                           runs: bool) -> None:
+    from sagedoctor.runtime.app_switch import runs_invokeai
+
+    assert runs_invokeai(argv, orig_argv, ["/pkg/invokeai"]) is runs
 
 
 def test_the_root_is_found_as_invokeai_finds_it(tmp_path: Path) -> None:

@@ -503,6 +503,35 @@ def test_a_failed_smoke_check_after_the_yaml_edit_restores_it_by_hash(
     assert tree_hashes(site) == before
 
 
+def test_invokeais_switch_set_back_for_the_hook_is_undone_by_a_rollback(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    # The plan's step where sagedoctor's hook is the better switch (issue 36): the same edit,
+    # so a failed install leaves the user's own `attention_backend: sage` in place.
+    from tests.test_install_kit import SAGE_GARBAGE
+
+    python, _site = venv
+    config = tmp_path / "root" / "invokeai.yaml"
+    config.parent.mkdir()
+    config.write_text("# mine\nschema_version: 4.0.3\nattention_backend: sage\n",
+                      encoding="utf-8")
+    digest = sha256_of(config)
+    reset = Step("enable-invokeai", "Set attention_backend: auto", "why",
+                 paths=(str(config),), config=(("attention_backend", "auto"),))
+    seen: list[str] = []
+
+    def progress(message: str) -> None:
+        if message.startswith("set attention_backend: auto"):  # edited, not yet rolled back
+            seen.append(config.read_text(encoding="utf-8"))
+
+    with pytest.raises(InstallError, match="smoke check") as info:
+        executor(python, tmp_path, build_step(fake_source(tmp_path / "src", kernel=SAGE_GARBAGE)),
+                 reset, progress=progress).run("0.1.0")
+    assert seen == ["# mine\nschema_version: 4.0.3\nattention_backend: auto\n"]
+    assert "1 edited config file(s) restored" in info.value.fix
+    assert sha256_of(config) == digest
+    assert sorted(p.name for p in config.parent.iterdir()) == ["invokeai.yaml"]  # no .bak
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes and groups")
 def test_a_rollback_puts_invokeai_yaml_back_with_its_mode_owner_and_group(
         venv: tuple[Path, Path], tmp_path: Path) -> None:

@@ -53,3 +53,73 @@ async def test_check_screens_invokeai_row_says_which_switch_serves() -> None:
         details = str(app.screen.query_one("#detail-text", Static).render())
         assert details.startswith("InvokeAI")
         assert "SD194" in details and "Better here: sagedoctor's hook" in details
+
+
+# --- `sagedoctor tui --use app|sagedoctor`: the TUI's check and plan get it, and show it ------
+
+SERVED = Path(__file__).parent / "profiles" / "windows-invokeai-backend-not-set.json"
+
+
+def test_tui_command_line_carries_use_into_the_tuis_options() -> None:
+    from sagedoctor.cli import build_parser, tui_options
+
+    parser = build_parser()
+    forced = tui_options(parser.parse_args(["tui", "--use", "sagedoctor", "--facts",
+                                            str(SERVED)]))
+    assert (forced.use, forced.facts_file) == ("sagedoctor", SERVED)
+    assert tui_options(parser.parse_args(["tui", "--use", "app"])).use == "app"
+    assert tui_options(parser.parse_args(["tui"])).use is None  # the better one
+    with pytest.raises(SystemExit):
+        parser.parse_args(["tui", "--use", "comfyui"])
+
+
+async def test_use_sagedoctor_reaches_the_tuis_check_and_plan() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=SERVED, use="sagedoctor"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, CheckScreen)
+        await pilot.press(*["down"] * AREAS.index("invokeai"))
+        details = str(app.screen.query_one("#detail-text", Static).render())
+        assert "Better here: sagedoctor's hook: --use sagedoctor: sagedoctor's start-up hook " \
+               "routes instead of InvokeAI's own kernel table" in " ".join(details.split())
+        await pilot.press("p")
+        await settle(pilot)
+        assert isinstance(app.screen, PlanScreen)
+        steps = " ".join(str(app.screen.query_one("#plan-steps", Static).render()).split())
+        assert "attention_backend: sage is not written: --use sagedoctor:" in steps
+        assert "Set attention_backend" not in steps
+
+
+async def test_without_use_the_same_profile_gets_invokeais_own_switch() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=SERVED))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        assert isinstance(app.screen, PlanScreen)
+        steps = " ".join(str(app.screen.query_one("#plan-steps", Static).render()).split())
+        assert "Set attention_backend: sage in invokeai.yaml" in steps
+        assert "--use" not in steps
+
+
+async def test_use_app_overrides_the_measured_choice_in_the_tuis_plan() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=PROFILE, use="app"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        assert isinstance(app.screen, PlanScreen)
+        steps = " ".join(str(app.screen.query_one("#plan-steps", Static).render()).split())
+        assert "Set attention_backend: sage in invokeai.yaml" in steps
+        assert "is not written" not in steps
+
+
+def test_the_actions_line_follows_use() -> None:
+    from sagedoctor.facts import load_facts_file
+    from sagedoctor.tui.invokeai_switch import state_line
+
+    facts = load_facts_file(SERVED)
+    assert facts.target is not None
+    assert "attention_backend: not set" in state_line(facts.target, facts.invokeai, facts)
+    forced = state_line(facts.target, facts.invokeai, facts, "sagedoctor")
+    assert forced.startswith("InvokeAI 6.15.0: start-up hook off (--use sagedoctor: ")

@@ -318,6 +318,60 @@ def test_uninstall_all_removes_only_the_key_from_a_file_changed_since(
     assert list(invokeai_root.glob("invokeai.yaml.sagedoctor-*.bak"))  # nothing lost
 
 
+def switched_off_root(tmp_path: Path) -> Path:
+    """<root> whose user had InvokeAI's own switch on (`attention_backend: sage`), set back
+    to auto by the install for sagedoctor's hook (the plan's step where the hook is better)."""
+    root = tmp_path / "Invoke root"
+    venv = root / ".venv"
+    site = make_venv(venv)
+    add_invokeai(site, "6.15.0", INVOKEAI_CONFIG_NEW)
+    add_dist(site, "sagedoctor-runtime", "0.1.0", {"sagedoctor_runtime/__init__.py": ""})
+    add_sageattention(site, "2.2.0", ("_fused",))
+    complete_record(site)
+    record_install(venv, {}, {"sagedoctor-runtime": "0.1.0"}, frozenset({"sagedoctor-runtime"}))
+    config = root / "invokeai.yaml"
+    config.write_text(USER_CONFIG + "attention_backend: sage\n", encoding="utf-8")
+    edit = apply_settings(config, {"attention_backend": "auto"}, venv_python(venv), venv,
+                          processes=lambda: [])
+    save_edit_record(venv, edit)
+    assert "attention_backend: auto" in config.read_text(encoding="utf-8")
+    return root
+
+
+def test_uninstall_puts_back_invokeais_own_switch_the_install_turned_off(
+        tmp_path: Path) -> None:
+    root = switched_off_root(tmp_path)
+    config, venv = root / "invokeai.yaml", root / ".venv"
+    env = offline_env(tmp_path)
+    everything = uninstall(["--venv", str(venv), "--root", str(root), "--all", "--dry-run"],
+                           env)
+    assert everything.returncode == 0, everything.stderr
+    assert (f"{config} keeps attention_backend: auto, as the install set it for sagedoctor's "
+            "hook") in everything.stdout
+    done = uninstall(["--venv", str(venv), "--root", str(root), "--yes"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"put back {config} as it was before sagedoctor set attention_backend: auto" \
+        in done.stdout
+    assert config.read_text(encoding="utf-8") == USER_CONFIG + "attention_backend: sage\n"
+    assert sorted(p.name for p in root.iterdir()) == [".venv", "invokeai.yaml"]  # no .bak
+    assert "sageattention" in dists(venv)  # without --all it stays, for InvokeAI's switch
+
+
+def test_uninstall_leaves_a_switched_off_file_changed_since_and_says_so(
+        tmp_path: Path) -> None:
+    root = switched_off_root(tmp_path)
+    config, venv = root / "invokeai.yaml", root / ".venv"
+    with config.open("a", encoding="utf-8") as handle:  # the user's later change
+        handle.write("log_level: debug\n")
+    text = config.read_text(encoding="utf-8")
+    done = uninstall(["--venv", str(venv), "--root", str(root), "--yes"],
+                     offline_env(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (f"{config} changed since sagedoctor set attention_backend: auto for its hook: set "
+            "it back by hand") in done.stdout
+    assert config.read_text(encoding="utf-8") == text
+
+
 def test_uninstall_all_is_refused_up_front_while_that_invokeai_runs(
         tmp_path: Path, invokeai_root: Path) -> None:
     config = invokeai_root / "invokeai.yaml"

@@ -470,9 +470,11 @@ class SwitchState:
     value: str | None  # attention_backend as invokeai.yaml has it (the setting route)
 
 
-def choose_route(target: TargetFacts, facts: Facts | None = None) -> Route:
+def choose_route(target: TargetFacts, facts: Facts | None = None,
+                 use: str | None = None) -> Route:
     """Pure: the setting where the release declares it with a SageAttention choice, unless
-    the machine's facts say InvokeAI's own scope has no kernel for a GPU here (the hook then)."""
+    the machine's facts make sagedoctor's hook the better switch (InvokeAI's own scope has no
+    kernel for a GPU here, its rule's shapes measured slower) or `use` (--use) picks it."""
     package = target.invokeai
     if package is None:
         raise InvokeAISwitchError(f"InvokeAI is not installed in {target.prefix}",
@@ -482,7 +484,7 @@ def choose_route(target: TargetFacts, facts: Facts | None = None) -> Route:
         if facts is not None:
             from ..decide.app_switch import choose_invokeai_switch
 
-            switch = choose_invokeai_switch(facts)
+            switch = choose_invokeai_switch(facts, use)
             if switch.use == "sagedoctor":
                 return Route("hook", None, switch.why)
         return Route("setting", choice, f"InvokeAI {package.version} has an {KEY} setting")
@@ -493,12 +495,12 @@ def choose_route(target: TargetFacts, facts: Facts | None = None) -> Route:
 
 
 def switch_state(target: TargetFacts, inv: InvokeAIFacts | None,
-                 facts: Facts | None = None) -> SwitchState | None:
+                 facts: Facts | None = None, use: str | None = None) -> SwitchState | None:
     """None where InvokeAI is not installed in the target venv."""
     from ..hook import hook_on
 
     try:
-        route = choose_route(target, facts)
+        route = choose_route(target, facts, use)
     except InvokeAISwitchError:
         return None
     version = target.invokeai.version if target.invokeai else "?"
@@ -548,9 +550,10 @@ def _value_before(path: Path, inv: InvokeAIFacts, record: ConfigEdit | None) -> 
 
 def enable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
                        processes: Callable[[], Iterable[ProcessInfo]] = running_processes,
-                       now: datetime | None = None, facts: Facts | None = None) -> str:
+                       now: datetime | None = None, facts: Facts | None = None,
+                       use: str | None = None) -> str:
     """Turn SageAttention on for this InvokeAI; says which route was taken."""
-    route = choose_route(target, facts)
+    route = choose_route(target, facts, use)
     if route.kind == "hook":
         from ..hook import enable
 
@@ -573,10 +576,11 @@ def enable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
 
 def disable_in_invokeai(target: TargetFacts, inv: InvokeAIFacts | None,
                         processes: Callable[[], Iterable[ProcessInfo]] = running_processes,
-                        now: datetime | None = None, facts: Facts | None = None) -> str:
+                        now: datetime | None = None, facts: Facts | None = None,
+                        use: str | None = None) -> str:
     """Turn it off again: the file as it was where nothing else changed it since, else only
     the one key put back to its earlier value."""
-    route = choose_route(target, facts)
+    route = choose_route(target, facts, use)
     if route.kind == "hook":
         from ..hook import disable
 

@@ -28,7 +28,8 @@ def config_state(prefix: Path, invokeai: InvokeAIFacts | None) -> EditedConfig |
         edit, written = loaded
         path = Path(edit.path)
         return EditedConfig(str(path), _backend_in(path, invokeai),
-                            untouched_since(edit, written, path))
+                            untouched_since(edit, written, path),
+                            dict(edit.settings).get(BACKEND_KEY))
     if invokeai is None or invokeai.config_path is None or not invokeai.config_exists:
         return None
     return EditedConfig(invokeai.config_path, invokeai.attention_backend, False)

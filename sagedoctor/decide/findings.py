@@ -380,7 +380,8 @@ _KINDS = [
                 "on, the hook stands aside. The better one here: InvokeAI's where its kernel "
                 "table serves every GPU, sagedoctor's where it has none (sm75, sm87, sm103, "
                 "sm110) and InvokeAI would stay on SDPA.",
-                "`sagedoctor plan` says which it sets up; `--use app|sagedoctor` overrides."),
+                "`sagedoctor plan` says which it sets up (the install sets InvokeAI's back to "
+                "auto where the hook is the better one); `--use app|sagedoctor` overrides."),
     FindingKind("SD136", "python", "Start-up hook file is not a file",
                 "Something at the start-up hook's path (sagedoctor-runtime.pth in "
                 "site-packages) is no file: a folder is skipped by every Python of the venv, "

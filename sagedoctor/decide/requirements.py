@@ -79,6 +79,23 @@ def invokeai_switch_pending(facts: Facts, use: str | None = None) -> str | None:
     return choice if choose_invokeai_switch(facts, use).use == "app" else None
 
 
+def invokeai_switch_reset(facts: Facts, use: str | None = None) -> str | None:
+    """The value to set attention_backend back to, where invokeai.yaml selects InvokeAI's own
+    switch but sagedoctor's hook is the better one (or --use sagedoctor): InvokeAI's default
+    `auto` where it offers it, else its first choice that is not SageAttention. With both on,
+    the hook stands aside and InvokeAI's switch serves, so the plan turns it off: one router."""
+    from .app_switch import choose_invokeai_switch
+
+    sage = invokeai_sage_choice(facts)
+    inv = facts.invokeai
+    package = facts.target.invokeai if facts.target else None
+    if sage is None or inv is None or package is None or inv.attention_backend != sage \
+            or choose_invokeai_switch(facts, use).use != "sagedoctor":
+        return None
+    others = [c for c in package.attention_backend_choices if "sage" not in c.lower()]
+    return "auto" if "auto" in others else next(iter(others), None)
+
+
 # --- an install killed half-way --------------------------------------------------------------
 
 

@@ -36,6 +36,8 @@ class TuiOptions:
     selftest_report: Path | None = None  # a saved self-test report for the verify screen
     log_dir: Path | None = None
     quick_verify: bool = False
+    # --use app|sagedoctor: which switch routes an app with its own (None: the better one)
+    use: str | None = None
 
 
 @dataclass
@@ -85,7 +87,8 @@ class Session:
     def _resolve_options(self) -> ResolveOptions:
         source = str(self.options.source_dir.resolve()) if self.options.source_dir else None
         return ResolveOptions(source_dir=source,
-                              use_linux_indexes=self.options.use_linux_indexes)
+                              use_linux_indexes=self.options.use_linux_indexes,
+                              use=self.options.use)
 
     def resolve(self) -> Plan | Blocked:
         assert self.facts is not None, "check first"
@@ -109,7 +112,7 @@ class Session:
             raise InvokeAISwitchError("there is no venv of this machine to change",
                                       "run `sagedoctor tui` without --facts")
         said = (enable_in_invokeai if on else disable_in_invokeai)(
-            target, self.facts.invokeai, facts=self.facts)
+            target, self.facts.invokeai, facts=self.facts, use=self.options.use)
         if self.facts.invokeai is not None:
             self.facts = replace(self.facts, invokeai=reread(self.facts.invokeai))
         return said

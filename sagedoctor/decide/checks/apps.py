@@ -21,6 +21,7 @@ from ..fixes import (
 from ..requirements import (
     invokeai_sage_choice,
     invokeai_switch_pending,
+    invokeai_switch_reset,
     verification_is_current,
 )
 from .sage import recorded_wrong_sageattn
@@ -45,13 +46,15 @@ def check_invokeai(facts: Facts, use: str | None = None) -> list[Finding]:
     out.append(finding("SD180", "ok", f"{_invokeai_version(facts, inv)} at {inv.root} (from "
                        f"{inv.root_source}); {config}"))
     pending = invokeai_switch_pending(facts, use)
+    # The plan edits invokeai.yaml: the sage choice written, or set back for the hook (SD194).
+    edits = pending is not None or invokeai_switch_reset(facts, use) is not None
     if inv.root_source == "--root" and not inv.installed and not inv.config_exists:
         # The plan's edit would create invokeai.yaml in a folder InvokeAI never reads.
-        out.append(finding("SD197", "error" if pending else "warn",
+        out.append(finding("SD197", "error" if edits else "warn",
                            f"{inv.root} (from --root) holds no invokeai.yaml and no .venv"))
     if inv.config_error:
         # The plan's edit step would meet this file: the plan blocks on it, so check says so.
-        out.append(finding("SD183", "error" if pending else "warn", inv.config_error))
+        out.append(finding("SD183", "error" if edits else "warn", inv.config_error))
     elif pending is not None and facts.target is not None:
         os_name = facts.system.os if facts.system else "linux"
         out.append(finding("SD193", "error", f"{inv.config_path or 'invokeai.yaml'} does not "
@@ -104,6 +107,13 @@ def switch_findings(facts: Facts, use: str | None = None) -> list[Finding]:
     better = "InvokeAI's own switch" if switch.use == "app" else "sagedoctor's hook"
     detail = (f"attention_backend: {inv.attention_backend or 'not set'}, start-up hook "
               f"{'on' if hooked else 'off'}: {serves}. Better here: {better}: {switch.why}")
+    reset = invokeai_switch_reset(facts, use)
+    if reset is not None and facts.target is not None:
+        # The plan sets it back (the install's invokeai.yaml edit): an error, as SD193 is.
+        os_name = facts.system.os if facts.system else "linux"
+        return [finding("SD194", "error", f"{detail}. The install sets attention_backend: "
+                        f"{reset}", f"sagedoctor install --venv "
+                        f"{quoted_prefix(facts.target, os_name)}")]
     wrong = app_on and not switch.app_serves
     fix = ("set attention_backend: auto in invokeai.yaml and run `sagedoctor enable`"
            if wrong else None)

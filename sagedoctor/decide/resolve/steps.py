@@ -20,6 +20,7 @@ from ..requirements import (
     hooked_but_unverified,
     invokeai_sage_choice,
     invokeai_switch_pending,
+    invokeai_switch_reset,
     runtime_shortfall,
 )
 from ..versions import (
@@ -117,14 +118,26 @@ def final_steps(facts: Facts, target: TargetFacts, options: ResolveOptions,
                     paths=(inv.config_path,) if inv.config_path else (),
                     config=(("attention_backend", choice),)))
             elif switch.use == "sagedoctor":
-                on = (f"; {inv.config_path} sets attention_backend: {sage} now, and the hook "
-                      "stands aside while it does: set it to auto"
-                      if inv.attention_backend == sage else "")
+                reset = invokeai_switch_reset(facts, options.use)
                 hooked = facts.verification is not None and facts.verification.hooked
                 hook = "the start-up hook is on" if hooked else \
                     "`sagedoctor enable` turns the hook on"
-                notes.append(f"InvokeAI {package.version}: attention_backend: {sage} is not "
-                             f"written: {switch.why}{on}; {hook}")
+                if reset is not None:
+                    # The hook stands aside while InvokeAI's own switch is on: turned off
+                    # through the same edit (backup, InvokeAI's loader, undone on rollback).
+                    steps.append(Step(
+                        "enable-invokeai", f"Set attention_backend: {reset} in invokeai.yaml "
+                        f"(was {sage}: sagedoctor's hook routes instead)",
+                        f"InvokeAI's own switch and sagedoctor's hook would both route, and "
+                        f"the hook stands aside while it is on: {switch.why}; {hook}",
+                        paths=(inv.config_path,) if inv.config_path else (),
+                        config=(("attention_backend", reset),)))
+                else:
+                    on = (f"; {inv.config_path} sets attention_backend: {sage} now, and this "
+                          "InvokeAI offers no other value to set: the hook stands aside while "
+                          "it does" if inv.attention_backend == sage else "")
+                    notes.append(f"InvokeAI {package.version}: attention_backend: {sage} is "
+                                 f"not written: {switch.why}{on}; {hook}")
         elif package.attention_backend_unread is not None:
             notes.append(f"InvokeAI {package.version} declares attention_backend, but "
                          f"{package.attention_backend_unread}: nothing is written to "

@@ -29,6 +29,8 @@ class EditedConfig:
     path: str
     backend: str | None
     as_edited: bool
+    # attention_backend as sagedoctor's recorded edit set it (None: no record, or no such key)
+    set_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,24 @@ def resolve_uninstall(facts: UninstallFacts, everything: bool) -> Plan | Blocked
                 f"{config.path} (the rest of the file kept; a backup beside it)",
                 "the file changed since sagedoctor's edit: only the key goes",
                 paths=(config.path,), config=setting))
+    elif config is not None and config.set_to is not None and config.backend == config.set_to:
+        # The install turned InvokeAI's own switch off for the hook (one router at a time):
+        # with the hook gone, the user's own setting comes back; --all takes SageAttention
+        # out too, so the switch stays off then.
+        if everything:
+            notes.append(f"{config.path} keeps {BACKEND_KEY}: {config.backend}, as the install "
+                         "set it for sagedoctor's hook (SageAttention goes with --all)")
+        elif config.as_edited:
+            steps.append(Step(
+                "restore-invokeai", f"put back {config.path} as it was before sagedoctor set "
+                f"{BACKEND_KEY}: {config.backend} (unchanged since)",
+                "the install turned InvokeAI's own switch off for sagedoctor's hook; with the "
+                "hook gone, the user's own setting serves again", paths=(config.path,),
+                config=((BACKEND_KEY, config.backend or ""),)))
+        else:
+            notes.append(f"{config.path} changed since sagedoctor set {BACKEND_KEY}: "
+                         f"{config.backend} for its hook: set it back by hand for InvokeAI's "
+                         "own switch")
     if target.runtime is not None:
         steps.append(Step("uninstall", f"uninstall {RUNTIME_DIST} {target.runtime}",
                           "sagedoctor's SDPA-routing runtime", distributions=(RUNTIME_DIST,)))

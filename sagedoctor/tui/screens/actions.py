@@ -71,7 +71,8 @@ Esc      back
                     "report can be saved.")
         state = "on" if hook_on(target) else "off"
         facts = self.tui.session.facts
-        invokeai = state_line(target, facts.invokeai if facts else None, facts)
+        invokeai = state_line(target, facts.invokeai if facts else None, facts,
+                              self.tui.session.options.use)
         return printable(f"Target venv: {target.prefix} (start-up hook: {state})\n{invokeai}")
 
     def _say(self, text: str) -> None:
