@@ -393,6 +393,9 @@ def test_an_unreadable_calibration_record_is_reported_and_repaired(app: App, kin
                    app.env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nothing to do" not in done.stdout and "stays on" in done.stdout, done.stdout
+    # the first line names the cause, not "the venv changed" (nothing in it did)
+    first = done.stdout.splitlines()[0]
+    assert "calibration record is unreadable" in first and "venv changed" not in first, first
     assert calibration.is_file() and not calibration.is_symlink()
     assert json.loads(calibration.read_text(encoding="utf-8"))["gpus"]
     assert not [p.name for p in records.iterdir() if p.name.endswith(".tmp")]
