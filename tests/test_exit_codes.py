@@ -73,5 +73,15 @@ def test_the_readme_and_check_docs_list_the_table() -> None:
     root = Path(__file__).resolve().parent.parent
     for doc in (root / "README.md", root / "docs" / "check.md"):
         text = doc.read_text(encoding="utf-8")
-        for code, _meaning in exit_codes.TABLE:
-            assert f"| {code} |" in text, (doc.name, code)
+        for code, meaning in exit_codes.TABLE:
+            assert f"| {code} | {meaning} |" in text, (doc.name, code)
+
+
+def test_the_interrupted_row_names_every_signal_an_install_exits_130_for() -> None:
+    """Issue 34: SIGTERM and SIGHUP roll an install back and exit 130 as Ctrl+C does; the
+    table said "(Ctrl+C)" alone."""
+    from sagedoctor.install.signals import STOP_SIGNALS
+
+    meaning = dict(exit_codes.TABLE)[exit_codes.INTERRUPTED]
+    for name in ("Ctrl+C", *STOP_SIGNALS):
+        assert name in meaning, (name, meaning)

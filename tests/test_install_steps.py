@@ -505,7 +505,7 @@ def test_a_record_path_taken_after_the_preflight_says_the_install_was_committed(
 
 
 def test_the_same_source_folder_installed_twice_changes_nothing_the_second_time(
-        venv: tuple[Path, Path], tmp_path: Path) -> None:
+        venv: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`install --source DIR` run twice rebuilt (161 s on an H100) and reinstalled: the
     built wheel is cached by the folder's files, and a wheel in place file for file is not
     installed again (no snapshot, no uv, no smoke check). A changed file builds again."""
@@ -516,16 +516,29 @@ def test_the_same_source_folder_installed_twice_changes_nothing_the_second_time(
     _first, out = run(python, tmp_path, step)
     assert "building:" in out and "smoke check:" in out
     installed = tree_hashes(packages)
+    # the verify that followed the first run passed: check's answer must outlive the second
+    from sagedoctor.runtime.hook import dist_stats
+    from sagedoctor.state import still_as_verified, venv_python_version, venv_site_dirs
+    from tests.standins import record_passing_verify
+
+    prefix = python.parent.parent
+    home = tmp_path / "home"
+    record_passing_verify(prefix, {"python": venv_python_version(prefix),
+                                   "stat": dist_stats(venv_site_dirs(prefix))}, home)
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
+    assert still_as_verified(prefix) == (True, ())
     _again, out = run(python, tmp_path, step)
     assert "building:" not in out and f"{source} (its files unchanged)" in out, out
     assert "is installed already, every file as in the wheel: nothing to change" in out
     assert "smoke check:" not in out and "committed" not in out
     assert tree_hashes(packages) == installed
+    assert still_as_verified(prefix) == (True, ())  # check still says ready
     assert not list((tmp_path / "state").rglob("journal.json"))
     (source / "sageattention" / "__init__.py").write_text(SAGE_GOOD + "\n# changed\n",
                                                            encoding="utf-8")
     _third, out = run(python, tmp_path, step)
     assert "building:" in out and "committed" in out
+    assert not still_as_verified(prefix)[0]  # a reinstall is seen: the answer above can fail
 
 
 def test_a_folder_at_the_hook_path_is_moved_aside_by_the_install(

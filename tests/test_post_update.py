@@ -393,6 +393,9 @@ def test_an_unreadable_calibration_record_is_reported_and_repaired(app: App, kin
                    app.env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nothing to do" not in done.stdout and "stays on" in done.stdout, done.stdout
+    # the first line names the cause, not "the venv changed" (nothing in it did)
+    first = done.stdout.splitlines()[0]
+    assert "calibration record is unreadable" in first and "venv changed" not in first, first
     assert calibration.is_file() and not calibration.is_symlink()
     assert json.loads(calibration.read_text(encoding="utf-8"))["gpus"]
     assert not [p.name for p in records.iterdir() if p.name.endswith(".tmp")]
@@ -494,3 +497,26 @@ def test_post_update_says_the_hook_is_off_where_it_was_never_enabled(app: App) -
     assert "sagedoctor enable --venv" in done.stdout
     armed, _ = run_app(app)
     assert not armed
+
+
+def test_verify_names_a_pyvenv_cfg_that_names_another_python(app: App) -> None:
+    """D21 (issue 34): pyvenv.cfg claiming 3.8.0: verify passed without a word, then enable
+    refused (SD930) and check said SD168; verify says check's SD168 line too."""
+    import re
+
+    cfg = app.root / ".venv" / "pyvenv.cfg"
+    cfg.write_text(re.sub(r"(?m)^(version(?:_info)?\s*=\s*).*$", r"\g<1>3.8.0",
+                          cfg.read_text(encoding="utf-8")), encoding="utf-8")
+    # the verdict must be routing however loaded this machine is: any speed-up routes
+    env = {**app.env, "SAGEDOCTOR_ROUTE_MARGIN": "0.001"}
+    done = run_cli(["verify", "--python", str(app.python), "--quick"], env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr  # the kernel passed: routing
+    found = _check_codes(app)["SD168"]
+    assert "pyvenv.cfg says Python 3.8.0" in found["detail"], found
+    said = [line for line in done.stdout.splitlines() if "SD168" in line]
+    assert said == [f"! SD168 Verification out of date: {found['detail']}; fix: {found['fix']}"], \
+        done.stdout
+    done = run_cli(["verify", "--python", str(app.python), "--quick", "--json"], env,
+                   timeout=300)
+    assert json.loads(done.stdout)["verdict"] == "routing"  # the line goes to stderr
+    assert f"SD168 Verification out of date: {found['detail']}" in done.stderr, done.stderr

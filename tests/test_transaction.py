@@ -208,6 +208,24 @@ def test_sigkill_mid_build_is_recovered_by_the_next_run(venv: tuple[Path, Path],
     assert third.returncode == 0 and "DONE" in out, out
 
 
+def test_ctrl_c_mid_build_says_the_venv_was_not_changed_and_exits_130(
+        venv: tuple[Path, Path], tmp_path: Path) -> None:
+    """Issue 34: Ctrl+C in the prepare phase (a build, before anything changed) printed only
+    "sagedoctor: interrupted": the KeyboardInterrupt passed the install's own handling."""
+    python, site = venv
+    before = tree_hashes(site)
+    proc = start(python, fake_source(tmp_path / "src", slow=True), tmp_path)
+    pids = build_pids(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert "InstallInterrupted SD912 stopped by Ctrl+C (SIGINT)" in out, out
+    assert "The venv was not changed" in out and "exit=130" in out, out
+    assert "rolling back" not in out  # nothing to roll back
+    wait_for(lambda: not any(alive(p) for p in pids), "the build tree to die", 10)
+    assert tree_hashes(site) == before
+    assert not list((tmp_path / "state").rglob("journal.json"))
+
+
 def kill_at_the_smoke_check(python: Path, tmp_path: Path, state: Path | None = None) -> None:
     """SIGKILL an install once the new version is in place (its sageattn() hangs the smoke
     check), leaving its journal in the 'changing' phase."""

@@ -210,8 +210,7 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
     if load_record(prefix) is None:  # nothing verified yet: nothing can have changed since
         stream.write("sagedoctor: this venv has no verify on record; verifying it now\n")
     else:
-        stream.write("sagedoctor: " + (", ".join(old) if old else "the venv changed")
-                     + " since the last verify; verifying again\n")
+        stream.write(f"sagedoctor: {_why_verify(prefix, old)}; verifying again\n")
     stream.flush()
     if target.runtime is None:  # said plainly, not as the self-test's import error
         forget_routing(prefix)
@@ -279,6 +278,16 @@ def _changes(prefix: Path, target: Any) -> list[str]:
         old = [why.removesuffix(" changed") + " rewritten"] if not same and why.endswith(
             " changed") else []
     return old
+
+
+def _why_verify(prefix: Path, changes: list[str]) -> str:
+    """The first line's reason: what changed, else why the last verify no longer counts (an
+    unreadable calibration or arming record, a verdict that did not route), not a blanket
+    "the venv changed" where nothing in it did."""
+    if changes:
+        return ", ".join(changes) + " since the last verify"
+    same, why = unchanged_since_verify(prefix)
+    return why if not same and why else "the venv changed since the last verify"
 
 
 def _not_repairable(result: Any, verdict: str | None, prefix: Path, stream: TextIO) -> int:

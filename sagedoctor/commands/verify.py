@@ -139,7 +139,24 @@ def verify_and_render(python: Path, prefix: Path, quick: bool, as_json: bool,
         stream.write(json.dumps(outcome.to_json(), indent=2) + "\n")
     elif repeat > 1:
         stream.write(render_agreement(outcome.agreement))
+    warning = pyvenv_cfg_warning(prefix) if outcome.verdict == "routing" else None
+    if warning:  # beside the JSON, not in it
+        (sys.stderr if as_json else stream).write(warning + "\n")
     return outcome
+
+
+def pyvenv_cfg_warning(prefix: Path) -> str | None:
+    """check's SD168, on one line, where pyvenv.cfg names another Python X.Y than the one
+    this verify ran: enable refuses until it is fixed, and verify again would not help."""
+    from ..decide.checks.sage import pyvenv_cfg_finding
+    from ..facts import PYVENV_CFG_SAYS
+    from ..state import still_as_verified
+
+    lies = [c for c in still_as_verified(prefix)[1] if c.startswith(PYVENV_CFG_SAYS)]
+    if not lies:
+        return None
+    found = pyvenv_cfg_finding(lies[0], str(prefix))
+    return f"! {found.code} {found.title}: {found.detail}; fix: {found.fix}"
 
 
 def run_verify(python: Path, prefix: Path, quick: bool, as_json: bool,

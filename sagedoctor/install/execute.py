@@ -329,6 +329,10 @@ class Executor:
         while True:
             try:
                 prepared = self._prepare_all(runtime_version, use_build)
+            except KeyboardInterrupt as exc:  # Ctrl+C: SD912 and 130, as SIGTERM's, not a bare
+                # "interrupted" that leaves the user to wonder what became of the venv
+                raise InstallInterrupted(_reason(exc), "The venv was not changed: nothing is "
+                                         "installed before every wheel exists.") from exc
             except InstallError as exc:
                 if isinstance(exc, InstallInterrupted) or not can_fall_back or use_build:
                     raise type(exc)(exc.message, _then(

@@ -12,6 +12,9 @@ from types import FrameType
 
 from .errors import InstallInterrupted
 
+# Besides SIGINT (Ctrl+C): what ends an install as an interruption, rolled back, exit 130.
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+
 _pending: list[str] = []
 _deferring: list[bool] = []
 
@@ -50,7 +53,7 @@ def interrupts_raise() -> Iterator[None]:
     if sys.platform == "win32" or threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set handlers; a TUI worker cancels by raising
         return
-    kinds = [signal.SIGTERM, signal.SIGHUP]
+    kinds = [signal.Signals[name] for name in STOP_SIGNALS]
     old = {s: signal.signal(s, _raise) for s in kinds}
     try:
         yield

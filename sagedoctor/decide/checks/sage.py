@@ -148,6 +148,15 @@ def check_verification(facts: Facts, os_name: str) -> list[Finding]:
     return out + _check_verification(facts, os_name)
 
 
+def pyvenv_cfg_finding(lie: str, prefix: str, hooked: bool = False,
+                       hook_note: str = "") -> Finding:
+    """SD168 where pyvenv.cfg names another Python X.Y than the venv runs: check says it, and
+    verify too, in the same words (a verify that passed would otherwise send enable's user
+    back to verify, forever)."""
+    return finding("SD168", "error" if hooked else "warn", f"{lie}{hook_note}",
+                   f"fix the version line of pyvenv.cfg in {prefix} (or recreate the venv)")
+
+
 def _check_verification(facts: Facts, os_name: str) -> list[Finding]:
     """What the last verify found, said again by every later check of the venv."""
     record, target = facts.verification, facts.target
@@ -166,9 +175,7 @@ def _check_verification(facts: Facts, os_name: str) -> list[Finding]:
         torch = target.torch.version if target.torch else "none"
         lies = [c for c in record.changed if c.startswith(PYVENV_CFG_SAYS)]
         if lies:  # verify again would not help: pyvenv.cfg names another Python
-            return [finding("SD168", "error" if hooked else "warn", f"{lies[0]}{hook_note}",
-                            f"fix the version line of pyvenv.cfg in {target.prefix} (or "
-                            "recreate the venv)")]
+            return [pyvenv_cfg_finding(lies[0], target.prefix, hooked, hook_note)]
         dists = [c for c in record.changed if not c.startswith("python ")]
         now = "; ".join([*(f"{c} since" for c in record.changed if c.startswith("python ")),
                          *([f"the installed files of {', '.join(dists)} changed since (another "
