@@ -449,7 +449,8 @@ def _disable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .commands.verify import cannot_verify, run_verify
+    from .commands.verify import run_verify
+    from .flows.verify import cannot_verify
 
     facts = _inspect(args, ("python", "gpu"))
     target = facts.target
