@@ -382,7 +382,8 @@ def _plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _install(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .commands.install import InstallOptions, run_install
+    from .commands.install import run_install
+    from .flows.install import InstallOptions
 
     if args.source is not None and not args.source.is_dir():
         parser.error(f"--source {args.source}: not a folder")
