@@ -82,9 +82,9 @@ def _hook_state(prefix: Path, on: str) -> str:
     """What a passing verify means for the app: routing is on only where the hook is."""
     from ..decide.fixes import quote
     from ..probe.target import current_os
-    from ..state import hook_enabled
+    from ..state import hook_on
 
-    if hook_enabled(prefix):
+    if hook_on(prefix):
         return f"SageAttention {on}"
     return ("the start-up hook is not enabled, so nothing routes attention to SageAttention "
             "but apps that call it themselves; `sagedoctor enable --venv "

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import AppShapeSpeed, VerificationFacts, WrongKernel
-from ..state import arming_problem, changes_since, hook_enabled, hook_problem, load_status
+from ..state import arming_problem, changes_since, hook_on, hook_problem, load_status
 
 
 def wrong_kernels(results: Any) -> tuple[WrongKernel, ...]:
@@ -45,7 +45,7 @@ def app_shape_speeds(prefix: Path) -> tuple[AppShapeSpeed, ...]:
 
 def read_verification(prefix: Path) -> VerificationFacts:
     status, record = load_status(prefix)
-    hooked = hook_enabled(prefix)
+    hooked = hook_on(prefix)
     odd_hook = hook_problem(prefix)
     if record is None:
         return VerificationFacts(status=status, hooked=hooked, hook_problem=odd_hook)
