@@ -92,7 +92,9 @@ class VenvFiles:
 
     @property
     def calibration(self) -> Path:
-        return self._in_venv(names.CALIBRATION)
+        from .runtime.records import venv_calibration_path
+
+        return Path(venv_calibration_path(str(self.prefix)))
 
     @property
     def installed(self) -> Path:

@@ -33,11 +33,11 @@ def app_shape_speeds(prefix: Path) -> tuple[AppShapeSpeed, ...]:
     """verify's stored decisions at the apps' shapes, from the venv's calibration.json (an
     unreadable or absent file: none)."""
     from ..runtime.decisions import load_calibration
-    from ..runtime.files import CALIBRATION, record_file
+    from ..runtime.records import venv_calibration_path
     from ..verify import app_shape_speeds as speeds
 
     try:
-        data = load_calibration(record_file(str(prefix), CALIBRATION))
+        data = load_calibration(venv_calibration_path(str(prefix)))
     except (OSError, ValueError):
         return ()
     return speeds(data)
