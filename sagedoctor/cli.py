@@ -391,7 +391,8 @@ def _plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _install(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .commands.install import InstallOptions, run_install
+    from .commands.install import run_install
+    from .flows.install import InstallOptions
 
     if args.source is not None and not args.source.is_dir():
         parser.error(f"--source {args.source}: not a folder")
@@ -458,7 +459,8 @@ def _disable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _verify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .commands.verify import cannot_verify, run_verify
+    from .commands.verify import run_verify
+    from .flows.verify import cannot_verify
 
     facts = _inspect(args, ("python", "gpu"))
     target = facts.target

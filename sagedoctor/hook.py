@@ -69,7 +69,10 @@ def hook_path(target: TargetFacts) -> Path:
 
 
 def hook_on(target: TargetFacts) -> bool:
-    return hook_path(target).exists()
+    """state.hook_on for a probed target (its own site-packages included)."""
+    from .state import hook_on as on
+
+    return on(Path(target.prefix), Path(target.site_packages))
 
 
 def refuse_where_site_never_runs(target: TargetFacts, comfyui: ComfyUIFacts | None) -> None:

@@ -92,7 +92,9 @@ class VenvFiles:
 
     @property
     def calibration(self) -> Path:
-        return self._in_venv(names.CALIBRATION)
+        from .runtime.records import venv_calibration_path
+
+        return Path(venv_calibration_path(str(self.prefix)))
 
     @property
     def installed(self) -> Path:
@@ -219,9 +221,13 @@ def forget_routing(prefix: Path) -> None:
 
 
 
-def hook_enabled(prefix: Path) -> bool:
-    """Whether the start-up hook is in one of the venv's site-packages."""
-    return any((Path(site) / HOOK_FILE).is_file() for site in venv_site_dirs(prefix))
+def hook_on(prefix: Path, site_packages: Path | None = None) -> bool:
+    """Whether the start-up hook is on: the one answer check, enable, post-update and the TUI
+    give. On: a file at the hook's path in the target's site-packages (where the caller knows
+    it: a base or conda Python's lies outside the venv patterns) or in one of the venv's.
+    Something there that is no file (a folder, a FIFO) is off: every Python skips it (SD136)."""
+    sites = [str(site_packages)] if site_packages is not None else []
+    return any((Path(site) / HOOK_FILE).is_file() for site in sites + venv_site_dirs(prefix))
 
 
 def hook_problem(prefix: Path) -> str | None:

@@ -414,8 +414,8 @@ def fake_uv(folder: Path, real: str, site: Path, fail_on: str) -> Path:
 def test_a_put_back_failing_half_way_rolls_back_everything_uninstall_did(
         tmp_path: Path, installed_venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sagedoctor import __version__
-    from sagedoctor.commands.uninstall import uninstall_facts
     from sagedoctor.decide.resolve.uninstall import resolve_uninstall
+    from sagedoctor.flows.uninstall import uninstall_facts
     from sagedoctor.install.execute import Executor
     from sagedoctor.plan import Plan
     from sagedoctor.probe import ProbeOptions, collect_facts

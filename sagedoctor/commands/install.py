@@ -1,29 +1,19 @@
-"""`sagedoctor install` (and `--dry-run`)."""
+"""`sagedoctor install` (and `--dry-run`): the install flow's plan and progress, shown, and
+the verify that follows."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from .. import __version__, exit_codes
-from ..flows.plan import PlanOptions, gather
-from ..install.recover import recover_pending
-from ..install.runlog import default_log_dir
-from ..install.source_url import chosen_source_url
+from .. import exit_codes
+from ..flows.install import InstallOptions, carry_out, only_verify, prepare, source_url
 from ..plan import Blocked
 from ..render.plan import plan_exit_code, render_plan_json, render_plan_text, text_style
 from .verify import run_verify
 
-
-@dataclass(frozen=True)
-class InstallOptions:
-    plan: PlanOptions
-    dry_run: bool = False
-    quick_verify: bool = False
-    offline: bool = False
-    source_url: str | None = None  # else SAGEDOCTOR_SOURCE_URL
+__all__ = ["InstallOptions", "run_install", "verify_after_commit"]
 
 
 def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
@@ -36,12 +26,8 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
     if options.plan.facts_file is not None and not options.dry_run:
         stream.write("sagedoctor: --facts describes another machine; use it with --dry-run\n")
         return exit_codes.USAGE
-    source_url = None if options.dry_run else chosen_source_url(options.source_url)
-    facts, index, result = gather(options.plan)
-    if (not options.dry_run and options.plan.facts_file is None
-            and facts.target is not None
-            and recover_pending(Path(facts.target.prefix), say)):
-        facts, index, result = gather(options.plan)  # plan the venv as it is now
+    url = source_url(options)
+    _facts, index, result = prepare(options, say)
     if options.dry_run or isinstance(result, Blocked):
         if options.plan.as_json:
             stream.write(render_plan_json(result, index.source))
@@ -52,15 +38,12 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
     stream.write(render_plan_text(result, header=f"index: {index.source}",
                                   **text_style(stream)))
     stream.flush()
-    if result.steps and all(step.action == "verify" for step in result.steps):
+    if only_verify(result):
         # Nothing to install, only a verify to redo (the hooked venv after a torch rewrite):
         # no lock, no snapshot, no transaction for a venv that is not changed.
         return run_verify(Path(result.python), Path(result.prefix), options.quick_verify,
                           options.plan.as_json, stream)
-    from ..install.execute import execute_plan
-
-    execute_plan(result, say, default_log_dir(), __version__, offline=options.offline,
-                 source_url=source_url, replan=lambda: gather(options.plan)[2])
+    carry_out(options, result, say, url)
     if any(step.action == "verify" for step in result.steps):
         return verify_after_commit(Path(result.python), Path(result.prefix),
                                    options.quick_verify, options.plan.as_json, stream)

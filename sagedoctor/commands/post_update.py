@@ -10,64 +10,28 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from .. import exit_codes
-from ..errors import SagedoctorError
+from ..flows.post_update import (
+    EXIT_NOT_VERIFIED,
+    EXIT_OK,
+    ConfirmationNeeded,
+    PostUpdateError,
+    PostUpdateOptions,
+    RepairFailed,
+    carry_out,
+    changes,
+    inspect,
+    refuse_if_interrupted,
+    remove_marker,
+    repair_plan,
+    venv_prefix_of,
+)
 from ..hook import needs_rebuild, unchanged_since_verify
-from ..state import VenvFiles
 
-EXIT_OK = 0
-EXIT_NOT_VERIFIED = 1  # routing stays off: not repairable here, or the plan was not confirmed
-
-
-class PostUpdateError(SagedoctorError):
-    """The venv to repair cannot be found or read: fixable, as `check`'s SD190 for it."""
-
-    code = "SD950"
-    exit_status = exit_codes.FIXABLE
-
-
-class ConfirmationNeeded(SagedoctorError):
-    """A repair plan, but nobody to say yes: no terminal and no --yes."""
-
-    code = "SD951"
-
-
-class RepairFailed(SagedoctorError):
-    """The repair ran and failed (the transaction rolled the venv back)."""
-
-    code = "SD952"
-
-
-@dataclass(frozen=True)
-class PostUpdateOptions:
-    venv: Path | None = None
-    python: Path | None = None
-    root: Path | None = None
-    index_file: Path | None = None
-    source_dir: Path | None = None
-    source_url: str | None = None
-    use_linux_indexes: bool = True
-    offline: bool = False
-    yes: bool = False
-    quick_verify: bool = False
-
-
-# --- the fast path: pure decisions over files, no target process ----------------------------
-
-def venv_prefix_of(options: PostUpdateOptions) -> Path | None:
-    """The venv folder from --venv, or from --python where it sits in a venv's bin/ or
-    Scripts/; None where only the interpreter itself can say (a base or conda Python)."""
-    if options.venv is not None:
-        return options.venv
-    if options.python is not None:
-        folder = options.python.parent.parent
-        return folder if (folder / "pyvenv.cfg").is_file() else None
-    return None
-
+__all__ = ["ConfirmationNeeded", "PostUpdateError", "PostUpdateOptions", "RepairFailed",
+           "run_post_update", "venv_prefix_of"]
 
 # --- the slow path ---------------------------------------------------------------------------
 
@@ -114,53 +78,29 @@ def _indented(stream: TextIO) -> Callable[[str], None]:
     return say
 
 
-def _remove_marker(prefix: Path) -> None:
-    # The hook's auto-repair starts post-update once per marker; done, the next change may
-    # start it again.
-    VenvFiles(prefix).auto_repair_marker.unlink(missing_ok=True)
-
-
 def _hook_state(prefix: Path, on: str) -> str:
     """What a passing verify means for the app: routing is on only where the hook is."""
     from ..decide.fixes import quote
     from ..probe.target import current_os
-    from ..state import hook_enabled
+    from ..state import hook_on
 
-    if hook_enabled(prefix):
+    if hook_on(prefix):
         return f"SageAttention {on}"
     return ("the start-up hook is not enabled, so nothing routes attention to SageAttention "
             "but apps that call it themselves; `sagedoctor enable --venv "
             f"{quote(str(prefix), current_os())}` switches it on for the whole venv")
 
 
-def _what_changed(prefix: Path, live: dict[str, Any]) -> list[str]:
-    from ..runtime.hook import fingerprint_differences
-    from ..state import load_record
-
-    record = load_record(prefix)
-    if record is None:
-        return []
-    return fingerprint_differences(record.fingerprint, live)
-
-
-def _refuse_if_interrupted(prefix: Path) -> None:
-    from ..decide.fixes import quote
-    from ..install.pending import refuse_if_pending
-    from ..probe.target import current_os
-
-    refuse_if_pending(prefix, "post-update", f"--venv {quote(str(prefix), current_os())}")
-
-
 def run_post_update(options: PostUpdateOptions, out: TextIO | None = None) -> int:
     stream = out or sys.stdout
     prefix = venv_prefix_of(options)
     if prefix is not None:  # a killed install's half-done venv is not verified, nor repaired
-        _refuse_if_interrupted(prefix)
+        refuse_if_interrupted(prefix)
     # Not a venv (a conda env, no pyvenv.cfg): no fast path; the probe says what it is.
     if prefix is not None and (prefix / "pyvenv.cfg").is_file():
         same, detail = unchanged_since_verify(prefix)
         if same:
-            _remove_marker(prefix)
+            remove_marker(prefix)
             stream.write(f"sagedoctor: {prefix} is unchanged since the last passing verify "
                          f"({detail}); nothing to do\n")
             return EXIT_OK
@@ -168,45 +108,29 @@ def run_post_update(options: PostUpdateOptions, out: TextIO | None = None) -> in
         return _slow_path(options, stream)
     finally:
         if prefix is not None:
-            _remove_marker(prefix)
+            remove_marker(prefix)
 
 
 def _slow_path(options: PostUpdateOptions, stream: TextIO) -> int:
-    from ..decide.findings import AREAS
-    from ..probe import ProbeOptions, collect_facts
-
-    probe = ProbeOptions(venv=options.venv, python=options.python, root=options.root,
-                         areas=AREAS)
-    facts = collect_facts(probe)
-    target = facts.target
-    if target is None:
-        failure = facts.failure_for("target")
-        raise PostUpdateError("the target interpreter could not be inspected"
-                              + (f": {failure.message}" if failure else ""),
-                              "pass --venv DIR or --python EXE")
-    python, prefix = Path(target.executable), Path(target.prefix)
-    _refuse_if_interrupted(prefix)  # keyed by the prefix the install uses
+    facts, probe, python, prefix = inspect(options)
+    refuse_if_interrupted(prefix)  # keyed by the prefix the install uses
     try:
         return _reverify_and_repair(options, stream, facts, probe, python, prefix)
     finally:
-        _remove_marker(prefix)
+        remove_marker(prefix)
 
 
 def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any, probe: Any,
                          python: Path, prefix: Path) -> int:
     from .. import __version__
     from ..decide.checks.sage import recorded_wrong_sageattn
-    from ..decide.resolve import resolve_plan
-    from ..decide.resolve.steps import ResolveOptions
-    from ..index import load_index
-    from ..install.recover import recover_pending
     from ..plan import Blocked
     from ..probe import collect_facts
     from ..render.plan import render_plan_text, text_style
     from ..state import forget_routing, load_record
 
     target = facts.target
-    old = _changes(prefix, target)
+    old = changes(prefix, target)
     if load_record(prefix) is None:  # nothing verified yet: nothing can have changed since
         stream.write("sagedoctor: this venv has no verify on record; verifying it now\n")
     else:
@@ -227,14 +151,8 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
         stream.write(f"post-update: verified again; {_hook_state(prefix, 'stays on')}\n")
         return EXIT_OK
     rebuild = needs_rebuild(verdict, crashed, target.sageattention is not None)
-    if recover_pending(prefix, _indented(stream)):  # a killed install's journal: rolled back first
-        facts = collect_facts(probe)
-    index = load_index(options.index_file)
-    result = resolve_plan(facts, index, ResolveOptions(
-        source_dir=str(options.source_dir.resolve()) if options.source_dir else None,
-        use_linux_indexes=options.use_linux_indexes, rebuild=rebuild))
-    changing = not isinstance(result, Blocked) and any(
-        s.action != "verify" for s in result.steps)
+    index, result, changing = repair_plan(options, facts, probe, prefix, rebuild,
+                                          _indented(stream))
     # The router's own kernels stay in use where this verify proved them ("routing"); the
     # venv's arming record is gone already where it did not.
     routing = verdict == "routing"
@@ -265,19 +183,6 @@ def _reverify_and_repair(options: PostUpdateOptions, stream: TextIO, facts: Any,
         stream.write(f"post-update: not repaired; {state}. Later: `{fix}`\n")
         return EXIT_NOT_VERIFIED
     return _repair(result, options, python, prefix, stream, __version__)
-
-
-def _changes(prefix: Path, target: Any) -> list[str]:
-    """What changed since the last verify: versions, else files rewritten in place."""
-    old = _what_changed(prefix, {"python": target.python_version, "dists": {
-        "torch": target.torch.version if target.torch else None,
-        "triton": target.triton, "triton-windows": target.triton_windows,
-        "sageattention": target.sageattention.version if target.sageattention else None}})
-    if not old:  # same versions, rewritten files (a reinstall, a build put in by hand)
-        same, why = unchanged_since_verify(prefix)
-        old = [why.removesuffix(" changed") + " rewritten"] if not same and why.endswith(
-            " changed") else []
-    return old
 
 
 def _why_verify(prefix: Path, changes: list[str]) -> str:
@@ -328,19 +233,9 @@ def _repair_command(prefix: Path, options: PostUpdateOptions) -> str:
 
 def _repair(plan: Any, options: PostUpdateOptions, python: Path, prefix: Path,
             stream: TextIO, version: str) -> int:
-    from ..install.execute import execute_plan
-    from ..install.runlog import default_log_dir
-    from ..install.source_url import chosen_source_url
     from ..state import forget_routing
 
-    url = chosen_source_url(options.source_url)
-    try:  # the plan's verify step is run below, after the transaction, as `install` does
-        execute_plan(plan, _indented(stream), default_log_dir(), version,
-                     offline=options.offline, source_url=url)
-    except SagedoctorError as exc:
-        # Rolled back: the venv is as the last verify found it, and so is its record.
-        raise RepairFailed(f"the repair failed, and the venv was put back as it was: "
-                           f"{exc.message}", exc.fix or "read the log named above") from exc
+    carry_out(plan, options, _indented(stream), version)  # the plan's verify step runs below
     verdict, _crashed = _verify(python, prefix, options.quick_verify, stream)
     if verdict == "routing":
         stream.write(f"post-update: repaired and verified; {_hook_state(prefix, 'is on again')}\n")

@@ -1,4 +1,4 @@
-"""`sagedoctor verify`: shows what verify.verify_venv found, as text or --json."""
+"""`sagedoctor verify`: shows what the verify flow found, as text or --json."""
 
 from __future__ import annotations
 
@@ -9,55 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from .. import exit_codes
-from ..facts import Facts
-from ..verify import (
-    VerifyError,
-    VerifyOutcome,
-    VerifyRun,
-    VerifyTargetError,
-    render_app_rules,
-    render_app_shapes,
-    render_table,
-    verify_venv,
-)
-
-
-class VerifyCannotWork(VerifyError):
-    """No verify can run on this machine (no NVIDIA GPU...): as check and plan say, exit 2."""
-
-    exit_status = exit_codes.CANNOT_WORK
-
-
-def cannot_verify(facts: Facts, named: str) -> VerifyError | None:
-    """Why a verify cannot start, said before the self-test runs (it said "Error while
-    finding module specification" and sent the user to an install that could not work):
-    no torch or no runtime in the venv: fixable (exit 1), or where this machine cannot run
-    SageAttention at all (check's fatal findings), exit 2 as check and plan say. A venv with
-    both runs the self-test, which reports a machine without a GPU itself. `named`: the
-    target as the user named it (`--venv DIR`)."""
-    from ..decide.checks import diagnose
-
-    target = facts.target
-    assert target is not None
-    if (target.torch is not None and target.runtime is not None) or facts.interrupted_install:
-        return None  # the self-test runs, or verify's own refusal (SD199) says what to do
-    fatal = [f for f in diagnose(facts) if f.fatal]
-    if fatal:
-        return VerifyCannotWork(
-            "SageAttention cannot work on this machine: "
-            + "; ".join(f"{f.title} ({f.code})" for f in fatal), fatal[0].fix)
-    if target.torch is None:
-        return VerifyTargetError(
-            f"no torch in {target.prefix}: the self-test runs on the app's own torch",
-            "install the app (which brings its torch) first, or name the app's venv with "
-            "--venv DIR")
-    if target.runtime is None:
-        return VerifyTargetError(
-            f"the sagedoctor runtime is not installed in {target.prefix}",
-            f"run `sagedoctor install {named}` first: it installs SageAttention and the "
-            "runtime the self-test runs in")
-    return None
+from ..flows.verify import VerifyOptions, has_invokeai, verify
+from ..verify import VerifyOutcome, VerifyRun, render_app_rules, render_app_shapes, render_table
 
 VERDICT_LINES = {
     "routing": "verdict: SageAttention is used where the table says; "
@@ -123,9 +76,7 @@ def verify_and_render(python: Path, prefix: Path, quick: bool, as_json: bool,
     if progress is None:
         progress = progress_printer(sys.stderr if as_json or out is not None else stream)
 
-    from ..probe.invokeai import venv_has_invokeai
-
-    invokeai = venv_has_invokeai(prefix)  # its fixed rule is said beside the measurements
+    invokeai = has_invokeai(prefix)  # its fixed rule is said beside the measurements
 
     def show(run: VerifyRun) -> None:
         if getattr(stream, "isatty", lambda: False)():
@@ -133,8 +84,8 @@ def verify_and_render(python: Path, prefix: Path, quick: bool, as_json: bool,
         if not as_json:
             stream.write(render_run(run, repeat, invokeai))
 
-    outcome = verify_venv(python, prefix, quick, fresh, repeat, progress=progress,
-                          each_run=show)
+    outcome = verify(VerifyOptions(python, prefix, quick, repeat, fresh), progress=progress,
+                     each_run=show)
     if as_json:
         stream.write(json.dumps(outcome.to_json(), indent=2) + "\n")
     elif repeat > 1:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import AppShapeSpeed, VerificationFacts, WrongKernel
-from ..state import arming_problem, changes_since, hook_enabled, hook_problem, load_status
+from ..state import arming_problem, changes_since, hook_on, hook_problem, load_status
 
 
 def wrong_kernels(results: Any) -> tuple[WrongKernel, ...]:
@@ -33,11 +33,11 @@ def app_shape_speeds(prefix: Path) -> tuple[AppShapeSpeed, ...]:
     """verify's stored decisions at the apps' shapes, from the venv's calibration.json (an
     unreadable or absent file: none)."""
     from ..runtime.decisions import load_calibration
-    from ..runtime.files import CALIBRATION, record_file
+    from ..runtime.records import venv_calibration_path
     from ..verify import app_shape_speeds as speeds
 
     try:
-        data = load_calibration(record_file(str(prefix), CALIBRATION))
+        data = load_calibration(venv_calibration_path(str(prefix)))
     except (OSError, ValueError):
         return ()
     return speeds(data)
@@ -45,7 +45,7 @@ def app_shape_speeds(prefix: Path) -> tuple[AppShapeSpeed, ...]:
 
 def read_verification(prefix: Path) -> VerificationFacts:
     status, record = load_status(prefix)
-    hooked = hook_enabled(prefix)
+    hooked = hook_on(prefix)
     odd_hook = hook_problem(prefix)
     if record is None:
         return VerificationFacts(status=status, hooked=hooked, hook_problem=odd_hook)

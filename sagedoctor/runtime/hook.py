@@ -15,7 +15,6 @@ import sys
 from .files import (
     AUTO_REPAIR_LOG,
     AUTO_REPAIR_MARKER,
-    CALIBRATION,
     VERIFIED,
     record_file,
     records_dir,
@@ -187,12 +186,9 @@ def calibration_readable(prefix: "str | None" = None) -> bool:
     """The router reads calibration.json at the first attention call: something there that
     is no file, or is too big to be one, keeps the hook off (one line) rather than stall or
     slow the app then. No file is fine: the router measures the shapes itself."""
-    from .records import record_problem
+    from .records import calibration_path, record_problem
 
-    # the router's calibration_path(), without importing the router
-    path = os.environ.get("SAGEDOCTOR_CALIBRATION") or record_file(prefix or sys.prefix,
-                                                                   CALIBRATION)
-    problem = record_problem(path)
+    problem = record_problem(calibration_path(prefix))
     if problem is not None:
         _warn(f"{problem}; SageAttention stays off (run `{post_update_hint(prefix)}`)")
         return False

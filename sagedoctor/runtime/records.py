@@ -9,8 +9,24 @@ No `from __future__ import annotations` here (see hook.py): the hook loads this 
 import errno
 import os
 import stat
+import sys
+
+from .files import CALIBRATION, record_file
 
 MAX_RECORD_BYTES = 8 * 1024 * 1024
+CALIBRATION_ENV = "SAGEDOCTOR_CALIBRATION"  # a calibration file of the user's choice
+
+
+def venv_calibration_path(prefix: str) -> str:
+    """The calibration.json `sagedoctor verify` writes into the venv at `prefix`."""
+    return record_file(prefix, CALIBRATION)
+
+
+def calibration_path(prefix: "str | None" = None) -> str:
+    """Where the router reads its decisions: SAGEDOCTOR_CALIBRATION, else the venv's own
+    file (this Python's venv by default). The one computation the router, the hook's check
+    and the self-test share; the tool names the venv's file (venv_calibration_path)."""
+    return os.environ.get(CALIBRATION_ENV) or venv_calibration_path(prefix or sys.prefix)
 
 
 class RecordUnreadable(OSError):

@@ -770,17 +770,14 @@ def get_router() -> Router:
         return _ROUTER
 
 
-CALIBRATION_ENV = "SAGEDOCTOR_CALIBRATION"
 SPEED_CHECK_ENV = "SAGEDOCTOR_SPEED_CHECK"
 
 
 def calibration_path() -> str:
     """SAGEDOCTOR_CALIBRATION, else the file `sagedoctor verify` writes into this venv."""
-    import sys
+    from .records import calibration_path as path
 
-    from .files import CALIBRATION, record_file
-
-    return os.environ.get(CALIBRATION_ENV) or record_file(sys.prefix, CALIBRATION)
+    return path()
 
 
 def speed_check_enabled() -> bool:

@@ -16,12 +16,13 @@ from ..decide.findings import AREAS, Finding
 from ..decide.resolve import resolve_plan
 from ..decide.resolve.steps import ResolveOptions
 from ..facts import Facts, TargetFacts, load_facts_file
+from ..flows import verify as verify_flow
 from ..index import WheelIndex, load_index
 from ..install.runlog import default_log_dir
 from ..plan import Blocked, Plan
 from ..probe import AreaDone, ProbeOptions, collect_facts
 from ..render.findings import render_json
-from ..verify import KeyResult, VerifyError, key_results, verify_venv
+from ..verify import KeyResult, VerifyError, key_results
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,9 @@ class Session:
         if where is None:
             raise VerifyError("there is no venv of this machine to verify",
                               "run `sagedoctor tui` without --facts, or pass --report FILE")
-        outcome = verify_venv(where[0], where[1], self.options.quick_verify,
-                              progress=progress or (lambda _data: None))
+        outcome = verify_flow.verify(
+            verify_flow.VerifyOptions(where[0], where[1], self.options.quick_verify),
+            progress=progress or (lambda _data: None))
         return VerifyShown(outcome.verdict, outcome.report, outcome.results,
                            outcome.calibration_path)
 

@@ -14,7 +14,8 @@ from textual.widgets import Footer, Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ...errors import SagedoctorError
-from ...hook import disable, enable, hook_on
+from ...flows.enable import EnableOptions, disable_hook, enable_hook
+from ...hook import hook_on
 from ...render.terminal_text import printable
 from ..invokeai_switch import state_line
 
@@ -105,7 +106,8 @@ Esc      back
             else:
                 target = session.target
                 assert target is not None
-                said = (enable(target) if choice == "enable" else disable(target)).message
+                said = (enable_hook(EnableOptions(target)) if choice == "enable"
+                        else disable_hook(target)).message
         except SagedoctorError as exc:
             said = f"error {exc.code}: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix
                                                          else "")
