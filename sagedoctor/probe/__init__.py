@@ -145,11 +145,15 @@ class _AreaReporter:
         self.results: dict[str, Any] = {}
         self.failures: list[ProbeFailure] = []
         self.reported: set[str] = set()
+        self.handled: set[str] = set()
 
     def probe_ended(self, name: str, future: Future[Any]) -> None:
         if future.cancelled():
             return
         with self.lock:
+            if name in self.handled:  # the done callback and collect_facts may both call
+                return
+            self.handled.add(name)
             exc = future.exception()
             if exc is None:
                 self.results[name] = future.result()
@@ -217,6 +221,12 @@ def collect_facts(options: ProbeOptions, on_area_done: AreaDone | None = None) -
                 failures.append(ProbeFailure(name, f"the {name} probe did not finish in time"))
             except Exception as exc:  # a probe bug must not take the report down
                 failures.append(_failure(name, exc))
+        if on_area_done is not None:
+            # A future wakes result() before it runs its done callbacks: report every probe
+            # that ended here too, so no area is told after collect_facts has returned.
+            for name, future in futures.items():
+                if future.done():
+                    reporter.probe_ended(name, future)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
