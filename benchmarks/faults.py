@@ -540,7 +540,12 @@ def ctrl_c_in_the_smoke_check(venv: Venv, folder: Path) -> None:
             break
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # a crash of this fault, not a cascade into the next one
+            proc.kill()
+            proc.communicate()
     out = "".join(seen) + out
     if "rolling back: stopped by Ctrl+C" not in out or "exit=130" not in out:
         raise WrongOutcome("no reason or not 130: " + out.strip().splitlines()[-1][:80])

@@ -186,8 +186,11 @@ def _communicate_capped(proc: subprocess.Popen[bytes], argv: Sequence[str], data
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            # with the frame whole, the tool's own exit is polled for (it notifies nothing)
-            finished.wait(timeout=min(left, 0.05) if framed.is_set() else left)
+            # with the frame whole, the tool's own exit is polled for (it notifies nothing);
+            # else in short slices all the same: a Ctrl+C that the kernel hands to a reader
+            # thread is run by Python only once this (main) thread runs again, so one long
+            # wait here ignored it until the tool's timeout (300 s in the smoke check)
+            finished.wait(timeout=min(left, 0.05 if framed.is_set() else 0.25))
     if answered() and len(done) < len(readers) and not over.is_set():
         # Something the tool left behind still holds a pipe: the answer is all that matters.
         # Its readers stay blocked until it closes them; the pipes go with it.

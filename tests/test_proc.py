@@ -150,3 +150,34 @@ def test_an_exception_from_a_signal_handler_kills_the_tool_tree(tmp_path: Path,
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
         _kill_leftovers(pids)
+
+
+def test_a_ctrl_c_a_reader_thread_receives_stops_the_wait_at_once() -> None:
+    """The kernel may hand a Ctrl+C to one of run_tool's reader threads; Python runs its
+    handler only in the main thread, which sat in one long wait and so ignored it until the
+    tool's timeout (300 s in the install's smoke check: a CI run of faults.py timed out)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are set in the main thread only")
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def interrupt_a_reader() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            readers = [t for t in threading.enumerate() if "(pump)" in t.name]
+            if readers and readers[0].ident is not None:
+                time.sleep(0.3)
+                signal.pthread_kill(readers[0].ident, signal.SIGINT)
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=interrupt_a_reader, daemon=True).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_tool([sys.executable, "-c", "import time; time.sleep(30)"], timeout=30,
+                     answer_frame=b"token")
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert time.monotonic() - started < 10
