@@ -682,6 +682,10 @@ def print_faults(results: list[Result]) -> None:
 
 
 def main() -> int:
+    # .ci/run starts this as a background job, where SIGINT is ignored, and the ignoring is
+    # inherited by every install it starts: the Ctrl+C fault's install then never saw its
+    # Ctrl+C. A user's install runs in the foreground; so does each install here.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-fuzz", action="store_true", help="only the install faults")
     parser.add_argument("--only", metavar="TEXT", default="",
