@@ -212,3 +212,33 @@ def record_passing_verify(prefix: Path, fingerprint: dict, home: Path,
             del os.environ["XDG_STATE_HOME"]
         else:
             os.environ["XDG_STATE_HOME"] = saved
+
+
+def put_non_file(path: Path, kind: str) -> None:
+    """Something at `path` that is no regular file: a folder (with a file in it), a FIFO, a
+    socket, a character device (a link to /dev/null), a symlink loop, or a sparse file of
+    9 MiB ("huge"). The hostile shapes a record or the start-up hook may meet."""
+    import socket
+
+    if kind == "folder":
+        path.mkdir()
+        (path / "inside.txt").write_text("x", encoding="utf-8")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        here = Path.cwd()
+        os.chdir(path.parent)  # a relative name: the full path is over AF_UNIX's 108 bytes
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(path.name)
+        finally:
+            os.chdir(here)
+    elif kind == "device":
+        path.symlink_to("/dev/null")  # os.stat follows it: a character device
+    elif kind == "loop":
+        path.symlink_to(path.name)
+    elif kind == "huge":
+        with path.open("wb") as handle:
+            handle.truncate(9 * 1024 * 1024)
+    else:
+        raise ValueError(kind)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sagedoctor.state import HOOK_FILE
-from tests.standins import clean_env, make_venv, run_cli, venv_python
+from tests.standins import clean_env, make_venv, put_non_file, run_cli, venv_python
 
 CONTENTS = {"binary": b"import sys\x00\xff\xfe\x80\x81garbage\n\xc3\x28",
             "latin-1": "import sys # caf\xe9\n".encode("latin-1"),
@@ -69,23 +69,7 @@ def test_disable_by_comfyui_removes_a_corrupt_hook_of_the_embedded_python(
 
 def _put_at(path: Path, kind: str) -> None:
     """Something at the hook's path that is no file."""
-    import os
-
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "folder":
-        path.mkdir()
-        (path / "inside.pth").write_text("import sys\n", encoding="utf-8")
-    elif kind == "socket":
-        import socket
-
-        here = Path.cwd()
-        os.chdir(path.parent)  # a relative name: the full path is over AF_UNIX's 108 bytes
-        try:
-            with socket.socket(socket.AF_UNIX) as sock:
-                sock.bind(path.name)
-        finally:
-            os.chdir(here)
+    put_non_file(path, kind)
 
 
 @pytest.mark.parametrize("how", ["--python", "--venv"])

@@ -30,6 +30,7 @@ from tests.standins import (
     clean_env,
     fake_nvidia_smi,
     make_venv,
+    put_non_file,
     run_cli,
 )
 from tests.test_install_kit import SAGE_GOOD, make_wheel, serving
@@ -346,28 +347,7 @@ def test_a_wrong_build_put_in_by_hand_is_found_and_replaced_by_the_pinned_source
 def _put_unreadable_calibration(path: Path, kind: str) -> None:
     """Something at calibration.json that is no record: what the hook refuses to read."""
     path.unlink(missing_ok=True)
-    if kind == "folder":
-        path.mkdir()
-        (path / "inside.txt").write_text("x", encoding="utf-8")
-    elif kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "socket":
-        import socket
-
-        here = Path.cwd()
-        os.chdir(path.parent)  # a relative name: the full path is over AF_UNIX's 108 bytes
-        try:
-            with socket.socket(socket.AF_UNIX) as sock:
-                sock.bind(path.name)
-        finally:
-            os.chdir(here)
-    elif kind == "device":
-        path.symlink_to("/dev/null")  # os.stat follows it: a character device
-    elif kind == "loop":
-        path.symlink_to(path.name)
-    elif kind == "huge":
-        with path.open("wb") as handle:
-            handle.truncate(9 * 1024 * 1024)
+    put_non_file(path, kind)
 
 
 @pytest.mark.parametrize("kind", ["folder", "fifo", "socket", "device", "loop", "huge"])
