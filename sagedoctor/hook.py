@@ -223,9 +223,8 @@ def unchanged_since_verify(prefix: Path) -> tuple[bool, str]:
             return False, ", ".join(changes) + " changed"
         return False, "; ".join(changes)
     record = load_record(prefix)
-    dists = record.fingerprint.get("dists") if record is not None else None
-    what = ", ".join(f"{n} {v}" for n, v in sorted(dists.items()) if v) if isinstance(
-        dists, dict) else ""
+    dists = record.typed_fingerprint.dists if record is not None else {}
+    what = ", ".join(f"{n} {v}" for n, v in sorted(dists.items()) if v)
     when = record.verified_at if record is not None else "?"
     return True, f"verified {when}" + (f" ({what})" if what else "")
 

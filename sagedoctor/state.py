@@ -18,7 +18,7 @@ import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeGuard
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from packaging.utils import canonicalize_name
 
@@ -27,7 +27,17 @@ from .facts import PYVENV_CFG_SAYS, InterruptedInstall
 from .file_meta import write_atomic
 from .proc import pid_alive
 from .runtime import files as names
-from .runtime.records import RecordUnreadable, read_record_bytes, record_problem
+from .runtime.records import (
+    Fingerprint,
+    RecordUnreadable,
+    parse_arming_record,
+    parse_fingerprint,
+    read_record_bytes,
+    record_problem,
+)
+
+if TYPE_CHECKING:
+    from .runtime.records import FileStat
 
 SCHEMA_VERSION = 1
 VERDICTS = ("routing", "sdpa-only", "broken")
@@ -129,6 +139,12 @@ class VerifyRecord:
     results: dict[str, Any] = field(default_factory=dict)  # the verify's own, opaque here
     post_update: tuple[str, ...] = ()  # the command the hook may start (auto-repair)
 
+    @property
+    def typed_fingerprint(self) -> Fingerprint:
+        """`fingerprint` (the wire form, written as it came) parsed; a record read back
+        always has one that parses (parse_record refuses it otherwise)."""
+        return parse_fingerprint(self.fingerprint) or Fingerprint(None, {})
+
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "verdict": self.verdict,
                 "verified_at": self.verified_at, "fingerprint": self.fingerprint,
@@ -144,17 +160,18 @@ def venv_record_path(prefix: Path) -> Path:
 
 
 def parse_record(data: object) -> VerifyRecord | None:
-    """A record from hostile JSON, or None where any field is off."""
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+    """A record from hostile JSON, or None where any field is off: the arming record's
+    fields (runtime/records.parse_arming_record, as the hook reads verified.json), this
+    schema, a known verdict and the verify's results."""
+    arming = parse_arming_record(data)
+    if arming is None or not isinstance(data, dict) \
+            or data.get("schema_version") != SCHEMA_VERSION:
         return None
-    verdict, when = data.get("verdict"), data.get("verified_at")
-    fingerprint, results = data.get("fingerprint"), data.get("results", {})
-    command = data.get("post_update", [])
-    if verdict not in VERDICTS or not isinstance(when, str) or not isinstance(
-            fingerprint, dict) or not isinstance(results, dict) or not isinstance(
-            command, list) or not all(isinstance(a, str) for a in command):
+    results = data.get("results", {})
+    if arming.verdict not in VERDICTS or not isinstance(results, dict):
         return None
-    return VerifyRecord(verdict, when, fingerprint, results, tuple(command))
+    return VerifyRecord(arming.verdict, arming.verified_at, data["fingerprint"], results,
+                        arming.post_update)
 
 
 def load_status(prefix: Path) -> tuple[Status, VerifyRecord | None]:
@@ -366,19 +383,19 @@ def arming_problem(prefix: Path, record: VerifyRecord) -> str | None:
     passing `record` of the user-state copy (what check reads), or None where it does."""
     path = venv_record_path(prefix)
     try:
-        armed = json.loads(read_record_bytes(str(path)).decode("utf-8"))
+        data = json.loads(read_record_bytes(str(path)).decode("utf-8"))
     except RecordUnreadable as exc:
         return f"the venv's arming record is unreadable: {exc}"
     except FileNotFoundError:
         return f"the venv's arming record {path} is missing"
     except (OSError, ValueError, RecursionError):
         return f"the venv's arming record {path} does not parse"
-    if not isinstance(armed, dict) or armed.get("verdict") != "routing":
+    armed = parse_arming_record(data)
+    if armed is None or armed.verdict != "routing":
         return f"the venv's arming record {path} is not a passing one"
-    if armed.get("verified_at") != record.verified_at or armed.get(
-            "fingerprint") != record.fingerprint:
+    if armed.verified_at != record.verified_at or armed.fingerprint != record.typed_fingerprint:
         return (f"the venv's arming record {path} is from another verify "
-                f"({armed.get('verified_at')}, not {record.verified_at})")
+                f"({armed.verified_at}, not {record.verified_at})")
     # The hook also refuses a calibration record that is no file (a folder, a FIFO, a loop):
     # the same answer here, so that check reports it and post-update's verify replaces it.
     calibration = record_problem(str(VenvFiles(prefix).calibration))
@@ -387,14 +404,14 @@ def arming_problem(prefix: Path, record: VerifyRecord) -> str | None:
     return None
 
 
-def runs_recorded_interpreter(prefix: Path, recorded: object) -> bool:
+def runs_recorded_interpreter(prefix: Path, recorded: FileStat | None) -> bool:
     """Whether the venv's python resolves to the interpreter binary a verify recorded, and
     that binary is unchanged since."""
     import os
 
     from .runtime.hook import interpreter_changed
 
-    if not (isinstance(recorded, list) and recorded and isinstance(recorded[0], str)):
+    if recorded is None:
         return False
     for name in ("bin/python", "bin/python3", "Scripts/python.exe"):
         python = prefix / name
@@ -404,7 +421,7 @@ def runs_recorded_interpreter(prefix: Path, recorded: object) -> bool:
     return False
 
 
-def changes_since(prefix: Path, fingerprint: dict[str, Any]) -> tuple[str, ...]:
+def changes_since(prefix: Path, fingerprint: Fingerprint) -> tuple[str, ...]:
     """What changed in the venv since a verify's fingerprint: 'python 3.12 -> 3.13', the
     interpreter binary rewritten (a base-Python upgrade), and the names of the distributions
     whose files were rewritten (their dist-info's RECORD, by stat, as the hook compares
@@ -412,32 +429,30 @@ def changes_since(prefix: Path, fingerprint: dict[str, Any]) -> tuple[str, ...]:
     from .runtime.hook import dist_stats, interpreter_changed, stat_differences
 
     out: list[str] = []
-    verified = fingerprint.get("python")
+    verified = fingerprint.python
     # pyvenv.cfg keeps the version the venv was made with: a patch upgrade of the base Python
     # leaves it as it was, so only its X.Y says something (the binary's stat says the rest).
     python = venv_python_version(prefix)
-    if python is not None and isinstance(verified, str) \
+    if python is not None and verified is not None \
             and python.split(".")[:2] != verified.split(".")[:2]:  # None: cannot tell
-        if runs_recorded_interpreter(prefix, fingerprint.get("interpreter")):
+        if runs_recorded_interpreter(prefix, fingerprint.interpreter):
             # the venv still runs the very interpreter verify ran: pyvenv.cfg is what is off
             # (verify again would pass again, and this would refuse again)
             out.append(f"{PYVENV_CFG_SAYS} Python {python}, but the venv's interpreter is "
                        f"Python {verified}, the one verify ran, unchanged")
         else:
             out.append(f"python {verified} -> {python}")
-    elif interpreter_changed(fingerprint.get("interpreter")):
-        out.append(f"python {verified}: {fingerprint['interpreter'][0]} was replaced since "
+    elif fingerprint.interpreter is not None and interpreter_changed(fingerprint.interpreter):
+        out.append(f"python {verified}: {fingerprint.interpreter[0]} was replaced since "
                    "(an upgrade of the base Python)")
-    saved, sites = fingerprint.get("stat"), fingerprint.get("sites")
-    if not (isinstance(sites, list) and sites and all(isinstance(d, str) for d in sites)):
-        sites = venv_site_dirs(prefix)  # a record from before "sites": the venv's own
+    # a record from before "sites" (or with none): the venv's own
+    sites = list(fingerprint.sites) if fingerprint.sites else venv_site_dirs(prefix)
     live = dist_stats(sites)
-    if isinstance(saved, dict):
-        out += stat_differences(saved, live)
+    if fingerprint.stat is not None:
+        out += stat_differences(fingerprint.stat, live)
         return tuple(out)
     # A record from before the stat data: the versions, read from the dist-info names.
-    dists = fingerprint.get("dists")
-    dists = dists if isinstance(dists, dict) else {}
+    dists = fingerprint.dists
     for name in sorted(live):
         entry = live[name]
         now = entry[0][:-len(".dist-info")].rsplit("-", 1)[-1] if entry else None
@@ -461,7 +476,7 @@ def still_as_verified(prefix: Path) -> tuple[bool, tuple[str, ...]]:
     problem = arming_problem(prefix, record)
     if problem is not None:
         return False, (problem,)
-    changes = changes_since(prefix, record.fingerprint)
+    changes = changes_since(prefix, record.typed_fingerprint)
     return not changes, changes
 
 

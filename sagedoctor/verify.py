@@ -31,6 +31,7 @@ from .runtime.decisions import (
     save_calibration,
     shape_key,
 )
+from .runtime.records import parse_fingerprint
 
 FIRST_SCHEMA_HEADS = {64: 20, 128: 24}
 
@@ -284,7 +285,8 @@ def _point_routes(point: dict[str, Any]) -> bool:
 def calibration(report: dict[str, Any], when: str = "") -> Calibration:
     """The per-GPU, per-shape decisions of one self-test run, for the runtime's file."""
     quick = bool((report.get("measure") or {}).get("quick"))
-    out = Calibration(build_fingerprint((report.get("fingerprint") or {}).get("dists") or {}))
+    fingerprint = parse_fingerprint(report.get("fingerprint"))
+    out = Calibration(build_fingerprint(fingerprint.dists if fingerprint is not None else {}))
     inputs = report.get("inputs")
     if isinstance(inputs, dict):
         out.inputs = {str(k): v if isinstance(v, str) else None for k, v in inputs.items()}
@@ -613,7 +615,11 @@ def verify_venv(python: Path, prefix: Path, quick: bool, fresh: bool = False, re
         outcome = verdict(report, results)
         # The state store's record: what check and plan say of this venv from now on, and
         # (routing only) the venv's arming record the start-up hook reads.
-        record_verification(prefix, python, outcome, report.get("fingerprint", {}),
+        # the target's report is hostile: a fingerprint that does not parse is recorded as
+        # none (its record then matches no venv, and the hook stays off)
+        fingerprint = parse_fingerprint(report.get("fingerprint", {}))
+        record_verification(prefix, python, outcome,
+                            fingerprint.to_json() if fingerprint is not None else {},
                             verify_record(report, results), when, chosen_kernels(results))
         verified = venv_record_path(prefix) if outcome == "routing" else None
         run = VerifyRun(number, report, tuple(results), data, path, outcome, took,

@@ -18,6 +18,7 @@ from ..hook import unchanged_since_verify
 from ..index import WheelIndex
 from ..plan import Blocked, Plan
 from ..probe import ProbeOptions
+from ..runtime.records import Fingerprint
 from ..state import VenvFiles
 
 EXIT_OK = 0
@@ -74,14 +75,14 @@ def remove_marker(prefix: Path) -> None:
     VenvFiles(prefix).auto_repair_marker.unlink(missing_ok=True)
 
 
-def _what_changed(prefix: Path, live: dict[str, Any]) -> list[str]:
-    from ..runtime.hook import fingerprint_differences
+def _what_changed(prefix: Path, live: Fingerprint) -> list[str]:
+    from ..runtime.hook import version_differences
     from ..state import load_record
 
     record = load_record(prefix)
     if record is None:
         return []
-    return fingerprint_differences(record.fingerprint, live)
+    return version_differences(record.typed_fingerprint, live)
 
 
 def refuse_if_interrupted(prefix: Path) -> None:
@@ -94,10 +95,10 @@ def refuse_if_interrupted(prefix: Path) -> None:
 
 def changes(prefix: Path, target: Any) -> list[str]:
     """What changed since the last verify: versions, else files rewritten in place."""
-    old = _what_changed(prefix, {"python": target.python_version, "dists": {
+    old = _what_changed(prefix, Fingerprint(target.python_version, {
         "torch": target.torch.version if target.torch else None,
         "triton": target.triton, "triton-windows": target.triton_windows,
-        "sageattention": target.sageattention.version if target.sageattention else None}})
+        "sageattention": target.sageattention.version if target.sageattention else None}))
     if not old:  # same versions, rewritten files (a reinstall, a build put in by hand)
         same, why = unchanged_since_verify(prefix)
         old = [why.removesuffix(" changed") + " rewritten"] if not same and why.endswith(

@@ -49,20 +49,16 @@ def read_verification(prefix: Path) -> VerificationFacts:
     odd_hook = hook_problem(prefix)
     if record is None:
         return VerificationFacts(status=status, hooked=hooked, hook_problem=odd_hook)
-    dists = record.fingerprint.get("dists") if isinstance(record.fingerprint, dict) else None
-    dists = dists if isinstance(dists, dict) else {}
-
-    def version(name: str) -> str | None:
-        value = dists.get(name)
-        return value if isinstance(value, str) else None
+    fingerprint = record.typed_fingerprint
+    dists = fingerprint.dists
 
     # The same comparisons as state.still_as_verified (post-update, enable and the TUI):
     # the venv's Python and dist-info RECORDs against the fingerprint, the hook's copy.
-    changed = changes_since(prefix, record.fingerprint)
+    changed = changes_since(prefix, fingerprint)
     armed = arming_problem(prefix, record) if record.verdict == "routing" else None
     return VerificationFacts(status=status, verdict=record.verdict,
                              verified_at=record.verified_at,
-                             sageattention=version("sageattention"), torch=version("torch"),
+                             sageattention=dists.get("sageattention"), torch=dists.get("torch"),
                              wrong_sageattn=wrong_kernels(record.results), changed=changed,
                              hooked=hooked, arming_problem=armed,
                              app_shapes=app_shape_speeds(prefix), hook_problem=odd_hook)

@@ -34,6 +34,8 @@ if MYPY:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
+    from .records import ArmingRecord, FileStat, Fingerprint
+
 FINGERPRINT_DISTS = ("torch", "triton", "triton-windows", "sageattention")
 AUTO_REPAIR_ENV = "SAGEDOCTOR_AUTO_REPAIR"
 
@@ -49,10 +51,10 @@ def site_dirs() -> "list[str]":
             and os.path.isdir(entry)]
 
 
-def dist_stats(dirs: "Sequence[str]") -> "dict[str, list[Any] | None]":
-    """Per fingerprinted dist: [dist-info name, RECORD size, RECORD mtime_ns], first found.
+def dist_stats(dirs: "Sequence[str]") -> "dict[str, FileStat | None]":
+    """Per fingerprinted dist: (dist-info name, RECORD size, RECORD mtime_ns), first found.
     A listdir and a few stat() calls: an upgrade by pip or uv rewrites the dist-info."""
-    out: dict[str, list[Any] | None] = dict.fromkeys(FINGERPRINT_DISTS)
+    out: dict[str, FileStat | None] = dict.fromkeys(FINGERPRINT_DISTS)
     for folder in dirs:
         try:
             entries = os.listdir(folder)
@@ -68,12 +70,12 @@ def dist_stats(dirs: "Sequence[str]") -> "dict[str, list[Any] | None]":
                 found = os.stat(os.path.join(folder, entry, "RECORD"))
             except OSError:
                 continue
-            out[project] = [entry, found.st_size, found.st_mtime_ns]
+            out[project] = (entry, found.st_size, found.st_mtime_ns)
     return out
 
 
-def interpreter_stat(path: "str | None" = None) -> "list[Any] | None":
-    """[path, size, mtime_ns] of the interpreter binary (the base one a venv runs on, links
+def interpreter_stat(path: "str | None" = None) -> "FileStat | None":
+    """(path, size, mtime_ns) of the interpreter binary (the base one a venv runs on, links
     resolved), or None where it cannot be read. A base-Python upgrade rewrites it, while the
     venv's pyvenv.cfg keeps the version it was made with, so this, not pyvenv.cfg, is what the
     tool compares without starting the interpreter; the hook compares the same."""
@@ -86,19 +88,21 @@ def interpreter_stat(path: "str | None" = None) -> "list[Any] | None":
         found = os.stat(path)
     except OSError:
         return None
-    return [path, found.st_size, found.st_mtime_ns]
+    return (path, found.st_size, found.st_mtime_ns)
 
 
-def interpreter_changed(recorded: object) -> bool:
-    """Whether a fingerprint's "interpreter" stat no longer matches the file it names (a
+def interpreter_changed(recorded: "FileStat | None") -> bool:
+    """Whether a fingerprint's interpreter stat no longer matches the file it names (a
     record without one, from an older sagedoctor: not by this test)."""
-    if not (isinstance(recorded, list) and len(recorded) == 3
-            and isinstance(recorded[0], str)):
-        return False
-    return interpreter_stat(recorded[0]) != recorded
+    return recorded is not None and interpreter_stat(recorded[0]) != recorded
 
 
-def live_fingerprint() -> "dict[str, Any]":
+def live_python() -> str:
+    return ".".join(str(p) for p in sys.version_info[:3])
+
+
+def live_versions() -> "dict[str, str | None]":
+    """The installed version of each fingerprinted dist (None: not installed)."""
     from importlib import metadata
 
     dists: dict[str, str | None] = {}
@@ -107,29 +111,46 @@ def live_fingerprint() -> "dict[str, Any]":
             dists[name] = metadata.version(name)
         except Exception:
             dists[name] = None
+    return dists
+
+
+def live_fingerprint() -> "dict[str, Any]":
+    """This interpreter's fingerprint in its wire form (records.Fingerprint's JSON): what
+    the self-test reports and verify records."""
+    dists = live_versions()
     # "sites": where the stats came from, so that the tool compares the same folders
     # without starting this interpreter (a venv may import from a folder outside it).
     sites = site_dirs()
-    return {"python": ".".join(str(p) for p in sys.version_info[:3]), "dists": dists,
+    return {"python": live_python(), "dists": dists,
             "stat": dist_stats(sites), "sites": sites, "interpreter": interpreter_stat()}
 
 
-def stat_differences(saved: "Mapping[str, Any]", live: "Mapping[str, Any]") -> "list[str]":
+def stat_differences(saved: "Mapping[str, FileStat | None]",
+                     live: "Mapping[str, FileStat | None]") -> "list[str]":
     """Which fingerprinted dists were installed, removed or rewritten since the verify."""
     return [name for name in sorted(set(saved) | set(live)) if saved.get(name) != live.get(name)]
 
 
-def fingerprint_differences(saved: "Mapping[str, Any]", live: "Mapping[str, Any]") -> "list[str]":
+def version_differences(saved: "Fingerprint", live: "Fingerprint") -> "list[str]":
     """What changed since the verified state, as 'torch 2.11.0 -> 2.12.0'."""
     out = []
-    if saved.get("python") != live.get("python"):
-        out.append(f"python {saved.get('python')} -> {live.get('python')}")
-    old = saved.get("dists") or {}
-    new = live.get("dists") or {}
+    if saved.python != live.python:
+        out.append(f"python {saved.python} -> {live.python}")
+    old, new = saved.dists, live.dists
     for name in sorted(set(old) | set(new)):
         if old.get(name) != new.get(name):
             out.append(f"{name} {old.get(name) or '(none)'} -> {new.get(name) or '(none)'}")
     return out
+
+
+def fingerprint_differences(saved: "Mapping[str, Any]", live: "Mapping[str, Any]") -> "list[str]":
+    """version_differences over two fingerprints in their wire form (one that does not
+    parse counts as no Python and no dists)."""
+    from .records import Fingerprint, parse_fingerprint
+
+    empty = Fingerprint(None, {})
+    return version_differences(parse_fingerprint(saved) or empty,
+                               parse_fingerprint(live) or empty)
 
 
 def post_update_hint(prefix: "str | None" = None) -> str:
@@ -145,7 +166,12 @@ def should_arm(prefix: "str | None" = None) -> bool:
     Every failure is one line on stderr at most, and SDPA stays in use."""
     import json
 
-    from .records import RecordUnreadable, read_record_bytes
+    from .records import (
+        RecordUnreadable,
+        parse_arming_record,
+        parse_fingerprint,
+        read_record_bytes,
+    )
 
     path = verified_path(prefix)
     try:
@@ -162,22 +188,22 @@ def should_arm(prefix: "str | None" = None) -> bool:
         return False
     if not isinstance(saved, dict) or saved.get("verdict") != "routing":
         return False  # the last verify found no kernel to route: SDPA, quietly
-    fingerprint = saved.get("fingerprint")
-    if not isinstance(fingerprint, dict):
+    record = parse_arming_record(saved)
+    if record is None:
         _warn(f"{path} is unreadable; SageAttention stays off (run `{post_update_hint(prefix)}`)")
         return False
-    recorded = fingerprint.get("stat")
-    if isinstance(recorded, dict):
-        live_python = ".".join(str(p) for p in sys.version_info[:3])
-        changed = [] if fingerprint.get("python") == live_python and not \
-            interpreter_changed(fingerprint.get("interpreter")) else ["python"]
-        changed += stat_differences(recorded, dist_stats(site_dirs()))
+    fingerprint = record.fingerprint
+    if fingerprint.stat is not None:
+        changed = [] if fingerprint.python == live_python() and not \
+            interpreter_changed(fingerprint.interpreter) else ["python"]
+        changed += stat_differences(fingerprint.stat, dist_stats(site_dirs()))
     else:  # a record from before the stat data: compare versions
-        changed = fingerprint_differences(fingerprint, live_fingerprint())
+        live = parse_fingerprint(live_fingerprint())
+        changed = version_differences(fingerprint, live) if live is not None else ["python"]
     if changed:
         _warn(", ".join(changed) + " changed since the last verify; SageAttention stays off "
               f"until `{post_update_hint(prefix)}` runs")
-        maybe_auto_repair(saved, prefix)
+        maybe_auto_repair(record, prefix)
         return False
     return calibration_readable(prefix)
 
@@ -206,7 +232,7 @@ _REPAIR_PARENT = ("import os, subprocess, sys\n"
                   "        pass\n")
 
 
-def maybe_auto_repair(saved: "Mapping[str, Any]", prefix: "str | None" = None) -> None:
+def maybe_auto_repair(record: "ArmingRecord", prefix: "str | None" = None) -> None:
     """SAGEDOCTOR_AUTO_REPAIR=1: start the recorded post-update command once, detached.
     A marker created with O_EXCL makes later interpreter starts leave it alone; post-update
     removes it when done and holds the venv's install lock while it verifies, and the
@@ -214,8 +240,8 @@ def maybe_auto_repair(saved: "Mapping[str, Any]", prefix: "str | None" = None) -
     <venv>/sagedoctor/auto-repair.log."""
     if os.environ.get(AUTO_REPAIR_ENV, "").strip() != "1":
         return
-    argv = saved.get("post_update")
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+    argv = record.post_update
+    if not argv:
         return
     marker = record_file(prefix or sys.prefix, AUTO_REPAIR_MARKER)
     try:

@@ -787,9 +787,9 @@ def speed_check_enabled() -> bool:
 
 
 def live_build() -> dict[str, str | None]:
-    from .hook import live_fingerprint
+    from .hook import live_versions
 
-    return build_fingerprint(live_fingerprint().get("dists", {}))
+    return build_fingerprint(live_versions())
 
 
 def load_current_calibration(path: str) -> Calibration:
