@@ -5,15 +5,31 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from . import exit_codes
+from .decide.findings import ERRORS
 
 
 class SagedoctorError(Exception):
-    """A failure the user can act on; the CLI prints it without a traceback."""
+    """A failure the user can act on; the CLI prints it without a traceback.
+
+    A subclass names its code (`code = "SD9xx"`), which must be an entry of the one catalogue
+    (decide/findings.ERRORS): its title and exit status come from there. A subclass that
+    keeps its parent's code may set its own exit status (verify's cannot-work and target
+    errors, SD920)."""
 
     code = "SD000"
+    title = ERRORS["SD000"].title
     # Where the CLI's exit code comes from (sagedoctor/exit_codes.py has the table).
-    exit_status = exit_codes.TOOL_FAILED
+    exit_status = ERRORS["SD000"].exit_status
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" not in vars(cls):
+            return
+        kind = ERRORS.get(cls.code)
+        if kind is None:
+            raise TypeError(f"{cls.__qualname__}: {cls.code} is not in decide/findings.ERRORS")
+        cls.title = kind.title
+        cls.exit_status = kind.exit_status
 
     def __init__(self, message: str, fix: str = "") -> None:
         super().__init__(message)
@@ -35,14 +51,12 @@ class TargetError(SagedoctorError):
     """The target cannot be inspected: a fixable problem, as `check`'s SD190 is."""
 
     code = "SD902"
-    exit_status = exit_codes.FIXABLE
 
 
 class SettingError(SagedoctorError):
     """A SAGEDOCTOR_* environment variable holds a value sagedoctor cannot use."""
 
     code = "SD905"
-    exit_status = exit_codes.USAGE
 
     def __init__(self, variable: str, value: str, expected: str) -> None:
         super().__init__(
@@ -72,7 +86,6 @@ class NotWritable(SagedoctorError):
     read-only mount. SD132 as an error of the command that met it."""
 
     code = "SD932"
-    exit_status = exit_codes.FIXABLE
 
     def __init__(self, path: object, read_only: bool = False,
                  done: str = "nothing was changed", state: str = "not writable") -> None:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import exit_codes
 from .errors import NotWritable, SagedoctorError, not_writable
 from .facts import PYVENV_CFG_SAYS
 from .file_meta import write_atomic
@@ -51,7 +50,6 @@ class EnableError(SagedoctorError):
     """enable's precondition (the runtime, a passing verify) is missing: fixable."""
 
     code = "SD930"
-    exit_status = exit_codes.FIXABLE
 
 
 @dataclass(frozen=True)

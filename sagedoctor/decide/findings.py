@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .. import exit_codes
+
 SEVERITIES = ("ok", "info", "warn", "error")
 # The areas a check covers, in report order.
 AREAS = ("system", "gpu", "python", "torch", "triton", "sageattention", "toolchain", "invokeai",
@@ -428,6 +430,57 @@ _KINDS = [
 ]
 
 CATALOG: dict[str, FindingKind] = {kind.code: kind for kind in _KINDS}
+
+
+# --- error codes: a failure that stops a command (SagedoctorError), not a finding --------------
+
+@dataclass(frozen=True)
+class ErrorKind:
+    code: str
+    title: str
+    exit_status: int  # the CLI's exit status for it (sagedoctor/exit_codes.py)
+
+
+_FIXABLE, _FAILED = exit_codes.FIXABLE, exit_codes.TOOL_FAILED
+_ERROR_KINDS = [
+    ErrorKind("SD000", "A failure without a code of its own", _FAILED),
+    ErrorKind("SD199", CATALOG["SD199"].title, _FIXABLE),  # the finding, raised by install
+    ErrorKind("SD901", "Facts file unusable", _FAILED),
+    ErrorKind("SD902", "Target cannot be inspected", _FIXABLE),
+    ErrorKind("SD903", "Wheel index invalid", _FAILED),
+    ErrorKind("SD904", "Index refresh failed", _FAILED),
+    ErrorKind("SD905", "Setting unusable", exit_codes.USAGE),
+    ErrorKind("SD910", "An install step failed", _FAILED),
+    ErrorKind("SD911", "Another install holds the venv's lock", _FAILED),
+    ErrorKind("SD912", "Install stopped by a signal", exit_codes.INTERRUPTED),
+    ErrorKind("SD913", "Rollback incomplete", _FAILED),
+    ErrorKind("SD914", "An interrupted install was recovered first", _FAILED),
+    ErrorKind("SD915", "Not in the cache (--offline)", _FAILED),
+    ErrorKind("SD916", "Download refused", _FAILED),
+    ErrorKind("SD917", "Wheel refused", _FAILED),
+    ErrorKind("SD918", "Smoke check failed", _FAILED),
+    ErrorKind("SD919", "The venv changed after the plan", _FAILED),
+    ErrorKind("SD920", "Self-test failed to run or report", _FAILED),
+    ErrorKind("SD921", "Download damaged", _FAILED),
+    ErrorKind("SD922", "No space left on the disk", _FAILED),
+    ErrorKind("SD923", "Standard output went away", _FAILED),
+    ErrorKind("SD924", "Standard output could not be written", _FAILED),
+    ErrorKind("SD930", "No passing verify to enable", _FIXABLE),
+    ErrorKind("SD931", "Install refused by its preflight", _FIXABLE),
+    ErrorKind("SD932", "Not writable by this user", _FIXABLE),
+    ErrorKind("SD941", "InvokeAI is running", _FAILED),
+    ErrorKind("SD942", "invokeai.yaml unusable", _FAILED),
+    ErrorKind("SD943", "InvokeAI rejects the edited settings", _FAILED),
+    ErrorKind("SD950", "The venv to repair cannot be inspected", _FIXABLE),
+    ErrorKind("SD951", "A repair needs confirmation", _FAILED),
+    ErrorKind("SD952", "The repair failed", _FAILED),
+    ErrorKind("SD970", "Install cancelled in the TUI", exit_codes.INTERRUPTED),
+    ErrorKind("SD971", "TUI cannot switch InvokeAI", _FAILED),
+]
+
+# The error classes (SagedoctorError subclasses) name their entry here and take its exit
+# status from it (errors.SagedoctorError.__init_subclass__).
+ERRORS: dict[str, ErrorKind] = {kind.code: kind for kind in _ERROR_KINDS}
 
 
 def finding(

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import exit_codes
 from ..errors import SagedoctorError
 from ..facts import Facts
 from ..hook import unchanged_since_verify
@@ -29,7 +28,6 @@ class PostUpdateError(SagedoctorError):
     """The venv to repair cannot be found or read: fixable, as `check`'s SD190 for it."""
 
     code = "SD950"
-    exit_status = exit_codes.FIXABLE
 
 
 class ConfirmationNeeded(SagedoctorError):

@@ -3,7 +3,6 @@ runner.py."""
 
 from __future__ import annotations
 
-from .. import exit_codes
 from .runner import InstallError
 
 
@@ -16,7 +15,6 @@ class InstallInterrupted(InstallError):
     Exits 130, as Ctrl+C does (README): interrupted, and rolled back first."""
 
     code = "SD912"
-    exit_status = exit_codes.INTERRUPTED
 
 
 class RollbackIncomplete(InstallError):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import exit_codes
 from ..decide.fixes import recovery_fix
 from ..decide.requirements import describe_pending
 from ..errors import SagedoctorError
@@ -18,7 +17,6 @@ class InstallInterrupted(SagedoctorError):
     """A journal is pending: what verify or enable would prove is the half-installed venv."""
 
     code = "SD199"
-    exit_status = exit_codes.FIXABLE
 
 
 def refuse_if_pending(prefix: Path, what: str, venv_arg: str,

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import exit_codes
 from ..apps.invokeai import (
     InvokeAIConfigError,
     ProcessInfo,
@@ -39,7 +38,6 @@ class PreflightRefused(SagedoctorError):
     """Something the install would meet only after its downloads and build: refused first."""
 
     code = "SD931"
-    exit_status = exit_codes.FIXABLE
 
     def __init__(self, findings: list[Finding]) -> None:
         lines = "; ".join(f"{f.code} {f.title}: {f.detail}" for f in findings)
