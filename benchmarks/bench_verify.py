@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sagedoctor.decide.app_shapes import app_decisions
 from sagedoctor.runtime.decisions import Calibration, load_calibration, shape_key
-from sagedoctor.verify import app_decisions, key_results, run_signature
+from sagedoctor.verify import key_results, run_signature
 
 # The fixed grid verify swept before bisection (selftest.SWEEP x its head families).
 GRID = (1024, 2048, 4096, 4608, 6144, 8192, 9216, 9728, 10240, 11264, 12288, 14336, 16384,

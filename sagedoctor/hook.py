@@ -52,6 +52,32 @@ class EnableError(SagedoctorError):
     code = "SD930"
 
 
+class InstallInterrupted(SagedoctorError):
+    """A journal is pending: what verify or enable would prove is the half-installed venv."""
+
+    code = "SD199"
+
+
+def refuse_if_pending(prefix: Path, what: str, venv_arg: str,
+                      state_root: Path | None = None) -> None:
+    """The commands that arm the runtime (`verify`, `enable`, `post-update`) refuse a venv a
+    killed install left half-done, which the next install would roll back. Whether one did is
+    read by state.pending_install (the journal's read side); the install itself recovers it
+    (transaction.recover_interrupted). Here, not in install/: InvokeAI's switch (which
+    install uses) enables the hook, and the hook must not import the install back."""
+    from .decide.fixes import recovery_fix
+    from .decide.requirements import describe_pending
+    from .state import pending_install
+
+    pending = pending_install(prefix, state_root)
+    if pending is None:
+        return
+    fix = ("wait for it to finish, then run it again" if pending.running
+           else "run " + recovery_fix(venv_arg))
+    raise InstallInterrupted(f"{describe_pending(pending)}; {what} refuses to arm the runtime "
+                             "until it is recovered", fix)
+
+
 @dataclass(frozen=True)
 class HookChange:
     """What enable or disable did to the hook file (or found already done)."""
@@ -99,7 +125,6 @@ def enable(target: TargetFacts, comfyui: ComfyUIFacts | None = None) -> HookChan
     """Write the hook, where the runtime is installed and the venv is still what a passing
     verify proved (the same answer check and post-update give); EnableError says the fix."""
     from .decide.fixes import target_arg
-    from .install.pending import refuse_if_pending
     from .probe.target import current_os
 
     where = target_arg(target, current_os(), comfyui)

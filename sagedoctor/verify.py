@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from . import exit_codes
+from .decide.app_shapes import APP_SHAPES as APP_SHAPES
+from .decide.app_shapes import app_decisions, app_shape_speeds
 from .errors import SagedoctorError
-from .facts import AppShapeSpeed
-from .install.bundle import PACKAGE
 from .proc import ToolMissing, ToolResult, ToolTimeout, _kill_tree, run_tool
 from .runtime.decisions import (
     PROGRESS_PREFIX,
@@ -31,6 +31,7 @@ from .runtime.decisions import (
     save_calibration,
     shape_key,
 )
+from .runtime.files import RUNTIME_PACKAGE as PACKAGE
 from .runtime.records import parse_fingerprint
 
 FIRST_SCHEMA_HEADS = {64: 20, 128: 24}
@@ -414,41 +415,6 @@ def verify_record(report: dict[str, Any], results: list[KeyResult]) -> dict[str,
     return {"error": report.get("error"), "gpus": gpus}
 
 
-# The shapes of the apps users run (bf16), as verify's sweep measures them: (dtype, head size,
-# batch x heads, tokens). The names are what the output shows.
-APP_SHAPES = {
-    "SDXL 1024x1024": ("bfloat16", 64, 2 * 10, 4096),
-    "FLUX 1024x1024": ("bfloat16", 128, 24, 4608),
-    "FLUX 1536x1536": ("bfloat16", 128, 24, 9728),
-    "FLUX 2048x2048": ("bfloat16", 128, 24, 16896),
-    "Wan 2.1 720p": ("bfloat16", 128, 40, 32760),
-}
-
-
-def app_decisions(data: Calibration) -> dict[str, dict[str, Decision]]:
-    """Per GPU, the stored decision for each app shape that has one."""
-    out: dict[str, dict[str, Decision]] = {}
-    for gpu, entry in data.gpus.items():
-        for name, (dtype, d, bh, tokens) in APP_SHAPES.items():
-            decision = entry.decisions.get(shape_key(dtype, d, bh, tokens, tokens, False))
-            if decision is not None:
-                out.setdefault(gpu, {})[name] = decision
-    return out
-
-
-def app_shape_speeds(data: Calibration) -> tuple[AppShapeSpeed, ...]:
-    """The stored decisions at the app shapes, as facts: per GPU and shape."""
-    out = []
-    for gpu, shapes in sorted(app_decisions(data).items()):
-        entry = data.gpus[gpu]
-        for label, decision in shapes.items():
-            _dtype, head_dim, _bh, tokens = APP_SHAPES[label]
-            out.append(AppShapeSpeed(gpu, entry.name or gpu, entry.arch, label, head_dim,
-                                     tokens, decision.kernel, round(decision.speedup, 3),
-                                     decision.route))
-    return tuple(out)
-
-
 def render_app_rules(data: Calibration, torch_cuda: str | None) -> str:
     """What InvokeAI's fixed rule does at its shapes on each GPU measured here, beside what
     verify measured there (for a venv that holds InvokeAI)."""
@@ -594,7 +560,7 @@ def verify_venv(python: Path, prefix: Path, quick: bool, fresh: bool = False, re
     import time
 
     from .decide.fixes import quote
-    from .install.pending import refuse_if_pending
+    from .hook import refuse_if_pending
     from .probe.target import current_os
     from .state import record_verification, venv_record_path
 

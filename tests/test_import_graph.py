@@ -209,3 +209,43 @@ def test_no_command_imports_another_commands_private_name() -> None:
            if inside(e.source, "sagedoctor.commands") and inside(e.target, "sagedoctor.commands")
            and e.target != e.source and any(n.startswith("_") for n in e.names)]
     assert bad == []
+
+
+def _top(module: str) -> str:
+    """The package or top-level module an import lands in: sagedoctor.install.execute ->
+    sagedoctor.install; sagedoctor.hook -> sagedoctor.hook."""
+    return ".".join(module.split(".")[:2])
+
+
+def reaches(edges: list[Edge], start: str) -> set[str]:
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        a, b = _top(e.source), _top(e.target)
+        if a != b and b != "sagedoctor":
+            graph.setdefault(a, set()).add(b)
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+@pytest.mark.parametrize("package", ["sagedoctor.install", "sagedoctor.verify"])
+def test_no_import_path_leads_back_into_the_install(package: str) -> None:
+    """install -> apps.invokeai -> hook -> install.pending was a package cycle (and verify ->
+    install.bundle, probe.verification -> verify another): what both need sits below them
+    (hook.refuse_if_pending, runtime.files.RUNTIME_PACKAGE, decide/app_shapes)."""
+    edges = all_edges()
+    back = [str(e) for e in edges if _top(e.target) == package and _top(e.source) != package
+            and _top(e.source) in reaches(edges, package)]
+    assert back == []
+
+
+def test_the_cycle_walk_finds_a_cycle() -> None:
+    edges = [Edge("sagedoctor.install.execute", "sagedoctor.apps.invokeai", (), 1),
+             Edge("sagedoctor.apps.invokeai", "sagedoctor.hook", (), 1),
+             Edge("sagedoctor.hook", "sagedoctor.install.pending", (), 1)]
+    assert "sagedoctor.install" in reaches(edges, "sagedoctor.install")
+    assert "sagedoctor.install" not in reaches(edges[:2], "sagedoctor.install")

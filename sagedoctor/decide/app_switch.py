@@ -18,7 +18,7 @@ from ..facts import AppShapeSpeed, Facts, Gpu
 from .versions import cc_tuple, parse_version
 
 USES = ("app", "sagedoctor")
-# The shapes verify measures (verify.APP_SHAPES) of models that enter InvokeAI's scope
+# The shapes verify measures (decide.app_shapes.APP_SHAPES) of models that enter InvokeAI's scope
 # (FLUX.1, SDXL...; not Wan): what its fixed rule meets in its own generations.
 INVOKEAI_SHAPES = ("SDXL 1024x1024", "FLUX 1024x1024", "FLUX 1536x1536", "FLUX 2048x2048")
 

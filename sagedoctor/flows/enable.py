@@ -65,7 +65,7 @@ def verify_record(target: TargetFacts) -> VerifyRecord | None:
 
 def write_flag_launcher(options: EnableOptions) -> FlagLauncher:
     """Write run_nvidia_gpu_sageattention.bat beside run_nvidia_gpu.bat (never over it)."""
-    from ..install.pending import refuse_if_pending
+    from ..hook import refuse_if_pending
 
     target, comfyui, verification = options.target, options.comfyui, options.verification
     # A killed install's journal: the venv is half-installed; the next install rolls it back.

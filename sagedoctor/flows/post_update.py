@@ -85,7 +85,7 @@ def _what_changed(prefix: Path, live: Fingerprint) -> list[str]:
 
 def refuse_if_interrupted(prefix: Path) -> None:
     from ..decide.fixes import quote
-    from ..install.pending import refuse_if_pending
+    from ..hook import refuse_if_pending
     from ..probe.target import current_os
 
     refuse_if_pending(prefix, "post-update", f"--venv {quote(str(prefix), current_os())}")

@@ -8,8 +8,10 @@ import hashlib
 import zipfile
 from pathlib import Path
 
+from ..runtime.files import RUNTIME_PACKAGE
+
 RUNTIME_SOURCE = Path(__file__).resolve().parents[1] / "runtime"
-PACKAGE = "sagedoctor_runtime"
+PACKAGE = RUNTIME_PACKAGE
 
 
 def _digest(data: bytes) -> str:

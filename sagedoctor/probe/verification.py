@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..decide.app_shapes import app_shape_speeds as speeds
 from ..facts import AppShapeSpeed, VerificationFacts, WrongKernel
 from ..state import arming_problem, changes_since, hook_on, hook_problem, load_status
 
@@ -34,7 +35,6 @@ def app_shape_speeds(prefix: Path) -> tuple[AppShapeSpeed, ...]:
     unreadable or absent file: none)."""
     from ..runtime.decisions import load_calibration
     from ..runtime.records import venv_calibration_path
-    from ..verify import app_shape_speeds as speeds
 
     try:
         data = load_calibration(venv_calibration_path(str(prefix)))

@@ -15,6 +15,8 @@ INVOKEAI_EDIT = "invokeai-edit.json"  # what sagedoctor last set in invokeai.yam
 AUTO_REPAIR_MARKER = "auto-repair.started"  # the hook started post-update once
 AUTO_REPAIR_LOG = "auto-repair.log"  # that post-update's output
 HOOK_FILE = "sagedoctor-runtime.pth"  # the start-up hook, in the venv's site-packages
+# This package as install puts it into the venv: its own distribution (install/bundle.py)
+RUNTIME_PACKAGE = "sagedoctor_runtime"
 
 
 def records_dir(prefix: str) -> str:

@@ -70,8 +70,8 @@ SWEEP = (1024, 2048, 4096, 4608, 6144, 8192, 9216, 9728, 10240, 11264, 12288, 14
 QUICK_SWEEP = (1024, 4096, 16384)
 # Measured in every full sweep; the rest of SWEEP only where bisection brackets a crossover.
 COARSE = (1024, 4096, 8192, 16384, 24576, 32768)
-# The app shapes (bf16): (dtype, head size, batch, heads) -> lengths. verify.APP_SHAPES names
-# the same shapes for its output.
+# The app shapes (bf16): (dtype, head size, batch, heads) -> lengths. The tool's
+# decide/app_shapes.APP_SHAPES names the same shapes for its output.
 APP_LENGTHS = {("bfloat16", 64, 2, 10): (4096,), ("bfloat16", 128, 1, 24): (4608, 9728, 16896),
                ("bfloat16", 128, 1, 40): (32760,)}
 
