@@ -108,6 +108,65 @@ class RollbackFinished:
 
 
 @dataclass(frozen=True)
+class LockTakenOver:
+    """The venv's install lock was left by a process that is gone (or alive but no longer
+    holding it): this run takes it over."""
+
+    pid: int
+    running: bool
+
+
+@dataclass(frozen=True)
+class RecoveryStarted:
+    """A journal left by a killed run: it is finished (rolled back) before anything else."""
+
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class BuildStopped:
+    """The killed run's build was still running (same boot): its process group was killed."""
+
+    pgid: int
+
+
+@dataclass(frozen=True)
+class WorkFolderRemoved:
+    path: str
+
+
+@dataclass(frozen=True)
+class NothingToUndo:
+    """The killed run had not reached its change phase: the venv is as it was."""
+
+
+@dataclass(frozen=True)
+class FileRemoved:
+    """The rollback removed a file the install had created (an edited config)."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class FileRestored:
+    """The rollback put an edited file back from its backup, proven by its sha256."""
+
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ConfigEdited:
+    """The install set `settings` in an app's config file (invokeai.yaml), checked by the
+    app's own loader; `backup`: None where the file is new."""
+
+    path: str
+    settings: tuple[tuple[str, str], ...]
+    validated_by: str
+    backup: str | None
+
+
+@dataclass(frozen=True)
 class Note:
     """Any other line of progress: a cache hit, a lock taken over, a file restored."""
 
@@ -116,8 +175,21 @@ class Note:
 
 Event = (StepStarted | StepFinished | DownloadStarted | DownloadProgress | DownloadFinished
          | DigestChecked | BuildStarted | BuildHeartbeat | BuildFinished | SmokeStarted
-         | SmokeResult | RollbackStarted | RollbackFinished | Note)
+         | SmokeResult | RollbackStarted | RollbackFinished | LockTakenOver | RecoveryStarted
+         | BuildStopped | WorkFolderRemoved | NothingToUndo | FileRemoved | FileRestored
+         | ConfigEdited | Note)
 OnEvent = Callable[[Event], None]
+
+
+def as_lines(say: Callable[[str], None]) -> OnEvent:
+    """An event callback that hands each event's text (step_lines) to `say`: for a caller
+    whose output is text only (the CLI's commands)."""
+
+    def emit(event: Event) -> None:
+        for line in step_lines(event):
+            say(line)
+
+    return emit
 
 
 def step_lines(event: Event) -> tuple[str, ...]:
@@ -157,4 +229,30 @@ def step_lines(event: Event) -> tuple[str, ...]:
         return (f"rolling back: {event.reason}",)
     if isinstance(event, RollbackFinished):
         return (event.state,)
+    return _recovery_lines(event)
+
+
+def _recovery_lines(event: Event) -> tuple[str, ...]:
+    """The text of the lock's, the recovery's and the config edit's events."""
+    if isinstance(event, LockTakenOver):
+        state = "still running, unlocked" if event.running else "no longer running"
+        return (f"taking over the install lock of pid {event.pid} ({state})",)
+    if isinstance(event, RecoveryStarted):
+        return (f"an earlier install (pid {event.pid}) was interrupted; recovering before "
+                "anything else",)
+    if isinstance(event, BuildStopped):
+        return (f"stopped its build (process group {event.pgid})",)
+    if isinstance(event, WorkFolderRemoved):
+        return (f"removed its temporary folder {event.path}",)
+    if isinstance(event, NothingToUndo):
+        return ("it had not changed the venv yet",)
+    if isinstance(event, FileRemoved):
+        return (f"removed {event.path} (the install had created it)",)
+    if isinstance(event, FileRestored):
+        return (f"restored {event.path} (sha256 {event.sha256[:12]}..., mode, owner and group "
+                "as before the install)",)
+    if isinstance(event, ConfigEdited):
+        what = ", ".join(f"{k}: {v}" for k, v in event.settings)
+        return (f"set {what} in {event.path} (checked by {event.validated_by}; backup "
+                f"{event.backup or 'none: the file is new'})",)
     return ()  # StepFinished: the next step's line says it

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import SagedoctorError
+from ..events import ConfigEdited, OnEvent
 from ..facts import Facts, InvokeAIFacts, TargetFacts
 from ..file_meta import FileMeta, meta_of, restore_meta, write_atomic, write_keeping_meta
 from ..proc import ToolMissing, ToolTimeout
@@ -423,7 +424,7 @@ def untouched_since(edit: ConfigEdit, written: str | None, path: Path) -> bool:
 
 
 def enable_invokeai(settings: Iterable[tuple[str, str]], config_path: str | None,
-                    python: Path, progress: Callable[[str], None],
+                    python: Path, emit: OnEvent,
                     before_write: Callable[[ConfigEdit], None] | None = None) -> ConfigEdit:
     """The install's enable-invokeai step (the plan holds it only where the installed InvokeAI
     declares the key)."""
@@ -432,9 +433,7 @@ def enable_invokeai(settings: Iterable[tuple[str, str]], config_path: str | None
     venv = python.parent.parent  # bin/python and Scripts\python.exe alike
     edit = apply_settings(Path(config_path), dict(settings), python, venv,
                           before_write=before_write)
-    what = ", ".join(f"{k}: {v}" for k, v in edit.settings)
-    progress(f"set {what} in {edit.path} (checked by {edit.validated_by}; backup "
-             f"{edit.backup or 'none: the file is new'})")
+    emit(ConfigEdited(edit.path, edit.settings, edit.validated_by, edit.backup))
     return edit
 
 

@@ -50,6 +50,7 @@ def _confirm(stream: TextIO, yes: bool, fix: str) -> bool:
 def _verify(python: Path, prefix: Path, quick: bool, stream: TextIO) -> tuple[str | None, bool]:
     """(verdict, crashed): the verify writes both records; a self-test that could not run
     (the runtime missing, the interpreter crashing on import) counts as crashed."""
+    from ..events import as_lines
     from ..install.lock import venv_lock, venv_state_dir
     from ..state import forget_routing
     from ..verify import VerifyError
@@ -59,7 +60,7 @@ def _verify(python: Path, prefix: Path, quick: bool, stream: TextIO) -> tuple[st
         stream.write(f"  {message}\n")
 
     try:
-        with venv_lock(venv_state_dir(prefix), prefix, say):  # no install runs meanwhile
+        with venv_lock(venv_state_dir(prefix), prefix, as_lines(say)):  # no install meanwhile
             outcome = verify_and_render(python, prefix, quick, False, stream)
     except VerifyError as exc:
         forget_routing(prefix)

@@ -265,8 +265,8 @@ class Executor:
         try:
             self.say(f"log: {self.log.path}")
             folder = venv_state_dir(self.prefix, self.state_root)
-            with venv_lock(folder, self.prefix, self.say):
-                if recover_interrupted(folder, self.say):
+            with venv_lock(folder, self.prefix, self.emit):
+                if recover_interrupted(folder, self.emit):
                     if self.plan.purpose == "uninstall":
                         # what sagedoctor left is read anew after the rollback, not from facts
                         # taken before it
@@ -613,7 +613,7 @@ class Executor:
         assert self.journal is not None
         self.emit(RollbackStarted(_reason(exc)))
         try:  # invokeai.yaml too: it is in the journal, as it is for a killed run's recovery
-            state = roll_back(self.journal.data, self.say)
+            state = roll_back(self.journal.data, self.emit)
         except RollbackIncomplete as failed:
             raise failed from exc
         self.emit(RollbackFinished(state))
@@ -672,7 +672,7 @@ class Executor:
             self.installer.install([str(wheel)], reinstall=True)
         elif step.action == "enable-invokeai":  # undone on rollback, from its backup
             self.edits.append(enable_invokeai(step.config, next(iter(step.paths), None),
-                                              self.python, self.say,
+                                              self.python, self.emit,
                                               before_write=self._journal_edit))
 
     def _restore_config(self, path: Path) -> None:

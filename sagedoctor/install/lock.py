@@ -7,10 +7,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import room_needed
+from ..events import LockTakenOver, OnEvent
 from ..proc import pid_alive
 from .errors import InstallLocked
 
@@ -77,7 +78,7 @@ def _locked(prefix: Path, holder: int | None, where: str = "") -> InstallLocked:
 
 
 @contextlib.contextmanager
-def venv_lock(folder: Path, prefix: Path, say: Callable[[str], None]) -> Iterator[None]:
+def venv_lock(folder: Path, prefix: Path, emit: OnEvent) -> Iterator[None]:
     from filelock import FileLock, Timeout
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -91,8 +92,7 @@ def venv_lock(folder: Path, prefix: Path, say: Callable[[str], None]) -> Iterato
         with _venv_side_lock(prefix):
             old = _read_pid(pid_file)
             if old is not None and old != os.getpid():
-                state = "no longer running" if not pid_alive(old) else "still running, unlocked"
-                say(f"taking over the install lock of pid {old} ({state})")
+                emit(LockTakenOver(old, pid_alive(old)))
             with room_needed(pid_file, "the install lock's PID file; nothing was changed"):
                 pid_file.write_text(str(os.getpid()), encoding="utf-8")
             try:

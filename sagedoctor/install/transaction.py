@@ -16,13 +16,23 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
 
 from ..errors import room_needed
+from ..events import (
+    BuildStopped,
+    FileRemoved,
+    FileRestored,
+    NothingToUndo,
+    OnEvent,
+    RecoveryStarted,
+    RollbackFinished,
+    WorkFolderRemoved,
+)
 from ..file_meta import FileMeta, meta_of, restore_meta, write_atomic, write_keeping_meta
 from ..proc import MAX_PID, ToolMissing, ToolTimeout
 from ..target_answer import ask_target, with_answer_function
@@ -30,7 +40,6 @@ from .cache import file_sha256
 from .errors import RollbackIncomplete
 from .runner import InstallError
 
-Say = Callable[[str], None]
 LIGHT = frozenset({"torch"})  # checked by version and RECORD digest, never copied
 
 _STATE_SCRIPT = with_answer_function(r"""
@@ -261,7 +270,7 @@ def journal_entry_for_edit(path: Path, backup: Path | None, keep: Path) -> dict[
             "meta": meta.to_dict() if meta is not None else None, "beside": str(backup)}
 
 
-def restore_edited_files(entries: list[dict[str, Any]], say: Say) -> int:
+def restore_edited_files(entries: list[dict[str, Any]], emit: OnEvent) -> int:
     """Put each journaled file back from its backup, newest edit first, proven by sha256."""
     for entry in reversed(entries):
         path = Path(str(entry.get("path")))
@@ -269,7 +278,7 @@ def restore_edited_files(entries: list[dict[str, Any]], say: Say) -> int:
         if before is None:
             if path.exists():
                 path.unlink()
-                say(f"removed {path} (the install had created it)")
+                emit(FileRemoved(str(path)))
             continue
         if _hash(str(path)) != before:
             backup = Path(str(entry.get("backup")))
@@ -294,12 +303,11 @@ def restore_edited_files(entries: list[dict[str, Any]], say: Say) -> int:
         beside = entry.get("beside")
         if isinstance(beside, str) and _hash(beside) == before:  # only our copy, unchanged
             Path(beside).unlink(missing_ok=True)
-        say(f"restored {path} (sha256 {before[:12]}..., mode, owner and group as before the "
-            "install)")
+        emit(FileRestored(str(path), before))
     return len(entries)
 
 
-def roll_back(data: dict[str, Any], say: Say) -> str:
+def roll_back(data: dict[str, Any], emit: OnEvent) -> str:
     """Undo the change phase the journal describes; returns the proven state, or raises."""
     python = Path(data["python"])
     before: dict[str, Any] = data["snapshot"]
@@ -318,7 +326,7 @@ def roll_back(data: dict[str, Any], say: Say) -> str:
         failures += _restore_backups(data.get("backups", {}), before)
         keep = {Path(p).parent for p in owned_before} | dist_infos_before
         _prune(removed_from, keep, Path(before["purelib"]))
-        edited = restore_edited_files(list(data.get("edited_files") or []), say)
+        edited = restore_edited_files(list(data.get("edited_files") or []), emit)
         after = take_snapshot(python, names)
     differences = failures + snapshot_differences(before, after)
     if differences:
@@ -410,7 +418,7 @@ def kill_group(pgid: int | None) -> bool:
     return True
 
 
-def recover_interrupted(folder: Path, say: Say) -> bool:
+def recover_interrupted(folder: Path, emit: OnEvent) -> bool:
     """Finish what a killed run left behind (call with the venv's lock held)."""
     journal = Journal(folder)
     if not journal.exists():
@@ -418,16 +426,17 @@ def recover_interrupted(folder: Path, say: Say) -> bool:
     data = journal.load()
     pid = data.get("pid")
     # Its writer held this lock while it ran: a live process of that PID now is another one.
-    say(f"an earlier install (pid {pid}) was interrupted; recovering before anything else")
-    if data.get("boot") == boot_id() and kill_group(data.get("build_pgid")):
-        say(f"stopped its build (process group {data['build_pgid']})")
+    emit(RecoveryStarted(pid if isinstance(pid, int) else None))
+    pgid = data.get("build_pgid")
+    if data.get("boot") == boot_id() and isinstance(pgid, int) and kill_group(pgid):
+        emit(BuildStopped(pgid))
     work = data.get("work")
     if isinstance(work, str) and Path(work).exists():
         shutil.rmtree(work, ignore_errors=True)
-        say(f"removed its temporary folder {work}")
+        emit(WorkFolderRemoved(work))
     if data.get("phase") == "changing":
-        say(roll_back(data, say))
+        emit(RollbackFinished(roll_back(data, emit)))
     else:
-        say("it had not changed the venv yet")
+        emit(NothingToUndo())
     journal.finish()
     return True
