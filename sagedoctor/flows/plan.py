@@ -37,7 +37,17 @@ def gather(options: PlanOptions) -> tuple[Facts, WheelIndex, Plan | Blocked]:
         facts = collect_facts(ProbeOptions(venv=options.venv, python=options.python,
                                            root=options.root, comfyui=options.comfyui,
                                            areas=AREAS))
+    return facts, index, plan_for(facts, index, options)
+
+
+def resolve_options(options: PlanOptions) -> ResolveOptions:
+    """What of the options the resolver reads (the plan's, and check's verdict over it)."""
     source = str(options.source_dir.resolve()) if options.source_dir else None
-    result = resolve_plan(facts, index, ResolveOptions(
-        source_dir=source, use_linux_indexes=options.use_linux_indexes, use=options.use))
-    return facts, index, result
+    return ResolveOptions(source_dir=source, use_linux_indexes=options.use_linux_indexes,
+                          use=options.use)
+
+
+def plan_for(facts: Facts, index: WheelIndex, options: PlanOptions) -> Plan | Blocked:
+    """The plan over facts already gathered (the TUI's, taken area by area on its check
+    screen)."""
+    return resolve_plan(facts, index, resolve_options(options))

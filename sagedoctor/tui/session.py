@@ -1,7 +1,7 @@
 """The state one TUI run carries between its screens, and the calls into the stages.
 
 No textual here: each method is the same call the CLI makes (collect_facts, assess,
-resolve_plan, execute_plan, verify_venv), run by the screens in worker threads."""
+flows.plan, execute_plan, flows.verify), run by the screens in worker threads."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from typing import Any
 
 from ..decide.assess import assess
 from ..decide.findings import AREAS, Finding
-from ..decide.resolve import resolve_plan
-from ..decide.resolve.steps import ResolveOptions
 from ..facts import Facts, TargetFacts, load_facts_file
 from ..flows import verify as verify_flow
+from ..flows.plan import PlanOptions, plan_for, resolve_options
 from ..index import WheelIndex, load_index
 from ..install.runlog import default_log_dir
 from ..plan import Blocked, Plan
@@ -81,20 +80,21 @@ class Session:
         self.facts = facts
         # the CLI's verdict: check's findings with the plan's blockers (one diagnosis)
         self.index = self.index or load_index(self.options.index_file)
-        self.findings = list(assess(facts, self.index, self._resolve_options()).findings)
+        self.findings = list(assess(facts, self.index,
+                                    resolve_options(self._plan_options())).findings)
         self.plan = None
         return self.findings
 
-    def _resolve_options(self) -> ResolveOptions:
-        source = str(self.options.source_dir.resolve()) if self.options.source_dir else None
-        return ResolveOptions(source_dir=source,
-                              use_linux_indexes=self.options.use_linux_indexes,
-                              use=self.options.use)
+    def _plan_options(self) -> PlanOptions:
+        o = self.options
+        return PlanOptions(venv=o.venv, python=o.python, root=o.root, facts_file=o.facts_file,
+                           index_file=o.index_file, source_dir=o.source_dir,
+                           use_linux_indexes=o.use_linux_indexes, use=o.use)
 
     def resolve(self) -> Plan | Blocked:
         assert self.facts is not None, "check first"
         self.index = self.index or load_index(self.options.index_file)
-        self.plan = resolve_plan(self.facts, self.index, self._resolve_options())
+        self.plan = plan_for(self.facts, self.index, self._plan_options())
         self.cached = {} if self.preview_only or not isinstance(self.plan, Plan) \
             else cached_sizes(self.plan)
         return self.plan
