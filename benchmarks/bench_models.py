@@ -12,7 +12,9 @@ Paths, on the same inputs:
 - `fixed_rule`: `sageattn()` where the query has >= 1536 tokens and the keys >= 512
   (InvokeAI's rule), SDPA elsewhere;
 - `scope`: `sagedoctor.runtime.sage_scope()` around the forward, with the decisions the last
-  `sagedoctor verify` stored in this interpreter's venv (run it first).
+  `sagedoctor verify` stored in this interpreter's venv (run it first);
+- `wrapper`: a bare Python function in place of SDPA that calls it: the floor any Python-level
+  router pays (a model that is launch-bound pays it on every call).
 
 Per path: the median time of one forward over rounds whose order rotates (after two untimed
 forwards per path: the scope's first one checks its call sites), the speed-up against SDPA,
@@ -23,6 +25,7 @@ against SDPA's, and the router's summary for one forward. Targets (issue 37): sc
 Needs diffusers (`pip install sagedoctor[bench]`), torch with CUDA and SageAttention.
 
     python benchmarks/bench_models.py [--only sdxl-1024,flux-1024] [--rounds N] [--json F]
+                                      [--profile]
     python benchmarks/bench_models.py --tiny   # a CPU smoke run: tiny configs, SDPA and scope
 """
 
@@ -216,6 +219,19 @@ def paths(with_sage: bool) -> dict[str, Callable[[], contextlib.AbstractContextM
         out["sage_all"] = lambda: patched(every)
         out["fixed_rule"] = lambda: patched(fixed)
     out["scope"] = runtime.sage_scope
+    sdpa = F.scaled_dot_product_attention
+
+    def bare(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+             is_causal: bool = False, scale: Any = None, enable_gqa: bool = False,
+             **kwargs: Any) -> Any:
+        if attn_mask is None and not dropout_p and not is_causal and scale is None \
+                and not enable_gqa and not kwargs:
+            return sdpa(query, key, value)
+        extra = {"enable_gqa": True} if enable_gqa else {}
+        return sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                    is_causal=is_causal, scale=scale, **extra, **kwargs)
+
+    out["wrapper"] = lambda: patched(bare)
     return out
 
 
@@ -226,17 +242,40 @@ def forward(model: Any, args: dict[str, Any], way: Callable[[], Any]) -> Any:
 
 
 def timed(model: Any, args: dict[str, Any], way: Callable[[], Any],
-          device: torch.device) -> float:
+          device: torch.device) -> tuple[float, float]:
+    """(ms of one forward, ms the host took to issue it)."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
+        began = time.perf_counter()
         forward(model, args, way)
+        issued = time.perf_counter() - began
         end.record()
         end.synchronize()
-        return float(start.elapsed_time(end))
+        return float(start.elapsed_time(end)), issued * 1e3
     began = time.perf_counter()
     forward(model, args, way)
-    return (time.perf_counter() - began) * 1e3
+    spent = (time.perf_counter() - began) * 1e3
+    return spent, spent
+
+
+def profile(model: Any, args: dict[str, Any], way: Callable[[], Any], device: torch.device,
+            top: int = 14) -> str:
+    """Where the host's time of three forwards goes (cProfile, by own time)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(3):
+        forward(model, args, way)
+    profiler.disable()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
 
 
 def compare(out: Any, ref: Any) -> tuple[float, float]:
@@ -246,7 +285,7 @@ def compare(out: Any, ref: Any) -> tuple[float, float]:
 
 
 def run_case(case: Case, device: torch.device, dtype: torch.dtype, tiny: bool,
-             rounds: int | None, with_sage: bool) -> dict[str, Any]:
+             rounds: int | None, with_sage: bool, profiled: bool = False) -> dict[str, Any]:
     from sagedoctor import runtime
 
     began = time.perf_counter()
@@ -266,12 +305,19 @@ def run_case(case: Case, device: torch.device, dtype: torch.dtype, tiny: bool,
         else:
             forward(model, args, way)
     times: dict[str, list[float]] = {name: [] for name in ways}
+    host: dict[str, list[float]] = {name: [] for name in ways}
     names = list(ways)
     for i in range(rounds or case.rounds):
         for name in names[i % len(names):] + names[:i % len(names)]:  # rotated
-            times[name].append(timed(model, args, ways[name], device))
+            ms, issued = timed(model, args, ways[name], device)
+            times[name].append(ms)
+            host[name].append(issued)
+    if profiled:
+        for name in ("sdpa", "scope"):
+            print(f"--- {case.name}: host profile of 3 forwards, {name}", file=sys.stderr)
+            print(profile(model, args, ways[name], device), file=sys.stderr)
     medians = {name: statistics.median(t) for name, t in times.items()}
-    best = min(medians.values())
+    best = min(ms for name, ms in medians.items() if name != "wrapper")  # (a diagnostic)
     result: dict[str, Any] = {
         "case": case.name, "rounds": rounds or case.rounds, "built_s": round(built_s, 1),
         "paths": {}, "scope_over_best": round(medians["scope"] / best, 4),
@@ -282,6 +328,7 @@ def run_case(case: Case, device: torch.device, dtype: torch.dtype, tiny: bool,
         cosine, rel = compare(outputs[name], outputs["sdpa"])
         result["paths"][name] = {
             "ms": round(medians[name], 3), "all_ms": [round(t, 3) for t in times[name]],
+            "launch_ms": round(statistics.median(host[name]), 3),
             "speedup": round(medians["sdpa"] / medians[name], 4),
             "cosine": round(cosine, 6), "rel_l2": round(rel, 5)}
     del model, args, outputs
@@ -302,9 +349,9 @@ def _delta(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 def table(results: list[dict[str, Any]], device: str) -> str:
     lines = [f"device: {device}, torch {torch.__version__}",
-             "| case | SDPA ms | sage_all | fixed_rule | scope | scope / best | rel L2 scope "
-             "(sage_all) | router, one forward |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| case | SDPA ms (launch) | sage_all | fixed_rule | scope (launch) | wrapper | "
+             "scope / best | rel L2 scope (sage_all) | router, one forward |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         p = r["paths"]
 
@@ -312,8 +359,10 @@ def table(results: list[dict[str, Any]], device: str) -> str:
             return f"{p[name]['speedup']:.3f}x" if name in p else "-"
 
         sage_rel = f"{p['sage_all']['rel_l2']:.4f}" if "sage_all" in p else "-"
-        lines.append(f"| {r['case']} | {p['sdpa']['ms']:.1f} | {cell('sage_all')} | "
-                     f"{cell('fixed_rule')} | {cell('scope')} | {r['scope_over_best']:.3f} | "
+        lines.append(f"| {r['case']} | {p['sdpa']['ms']:.1f} ({p['sdpa']['launch_ms']:.1f}) | "
+                     f"{cell('sage_all')} | {cell('fixed_rule')} | {cell('scope')} "
+                     f"({p['scope']['launch_ms']:.1f}) | {cell('wrapper')} | "
+                     f"{r['scope_over_best']:.3f} | "
                      f"{p['scope']['rel_l2']:.4f} ({sage_rel}) | {r['router_per_forward']} |")
     return "\n".join(lines)
 
@@ -324,6 +373,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per path")
     parser.add_argument("--json", default=None, help="write every number here")
     parser.add_argument("--tiny", action="store_true", help="tiny configs on the CPU")
+    parser.add_argument("--profile", action="store_true",
+                        help="print where the host's time goes, SDPA and scope (stderr)")
     args = parser.parse_args()
     tiny = args.tiny
     device = torch.device("cpu" if tiny else "cuda")
@@ -344,7 +395,7 @@ def main() -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     results = []
     for case in cases:
-        result = run_case(case, device, dtype, tiny, args.rounds, with_sage)
+        result = run_case(case, device, dtype, tiny, args.rounds, with_sage, args.profile)
         results.append(result)
         print(json.dumps(result), flush=True)
     print(table(results, name))

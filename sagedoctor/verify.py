@@ -451,8 +451,29 @@ def render_reuse(report: dict[str, Any]) -> str:
         line = f"kept {kept} stored shape decisions and re-timed {timed} ({why})"
         if again:
             line += "; measured anew where the sample disagreed: " + ", ".join(again)
-        return line + "\n"
-    return f"every shape measured: {why}\n"
+        return line + "\n" + _render_sister(report)
+    return f"every shape measured: {why}\n" + _render_sister(report)
+
+
+def _render_sister(report: dict[str, Any]) -> str:
+    """'fp16 took 23 shape decisions of bf16 ...': families of the second dtype that borrowed
+    the first's decisions (the same kernel) after their sample agreed."""
+    sister = (report.get("measure") or {}).get("sister")
+    if not isinstance(sister, dict):
+        return ""
+    families = [str(f) for f in sister.get("families") or []][:20]
+    again = [str(f) for f in sister.get("families_remeasured") or []][:20]
+    kept, timed = sister.get("kept", 0), sister.get("timed", 0)
+    if not isinstance(kept, int) or not isinstance(timed, int) or not (families or again):
+        return ""
+    line = ""
+    if families:
+        line = (f"took {kept} shape decisions from the other dtype with the same kernel, after "
+                f"a sample of {timed} agreed: " + ", ".join(families))
+    if again:
+        line += ("; " if line else "") + "measured whole where the other dtype's sample " \
+            "disagreed: " + ", ".join(again)
+    return line + "\n"
 
 
 def run_signature(results: list[KeyResult]) -> dict[str, Any]:

@@ -10,13 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from sagedoctor.runtime.accuracy import Thresholds  # noqa: E402
+from sagedoctor.runtime.accuracy import ACCURACY_CASES, Thresholds, accuracy_case  # noqa: E402
 from sagedoctor.runtime.registry import KernelSpec  # noqa: E402
-from sagedoctor.runtime.selftest import (  # noqa: E402
-    ACCURACY_CASES,
-    accuracy_case,
-    kernel_suite,
-)
+from sagedoctor.runtime.selftest import kernel_suite  # noqa: E402
 from tests.test_runtime_sites import int8_attention  # noqa: E402
 
 SHAPE = (1, 2, 256)

@@ -13,6 +13,7 @@ from typing import Any
 from sagedoctor.runtime.decisions import PROGRESS_PREFIX, Calibration, Decision, shape_key
 from sagedoctor.runtime.selftest import (
     APP_LENGTHS,
+    BRACKET_RATIO,
     COARSE,
     SWEEP,
     Bisection,
@@ -24,6 +25,8 @@ from sagedoctor.runtime.selftest import (
     kernel_inputs,
     reuse_check,
     reuse_sample,
+    sister_families,
+    sister_for,
 )
 from sagedoctor.verify import APP_SHAPES, parse_progress, progress_line, render_reuse
 
@@ -58,11 +61,13 @@ def test_bisection_brackets_the_crossover_with_few_shapes() -> None:
     assert set(initial_lengths(SWEEP, FLUX_APPS)) <= set(log)  # coarse and app lengths
     assert set(FLUX_APPS) <= set(log) and set(COARSE) <= set(log)
     assert len(log) == len(set(log)) < len(SWEEP)  # each once, fewer than the old grid
-    # The two lengths either side of the crossover are both measured: neighbours on the grid.
-    assert 10240 in log and 11264 in log
+    # The crossover is bracketed by measured lengths within BRACKET_RATIO of each other.
+    routed = min(t for t in log if t >= 11264)
+    kept = max(t for t in log if t < 11264)
+    assert routed <= kept * BRACKET_RATIO and 11264 in log
     assert [p["tokens"] for p in points] == sorted(log)
-    # Every grid length not measured lies between measured ones that agree: interpolation
-    # gives the truth there.
+    # Every grid length not measured lies between measured ones that agree (interpolation
+    # gives the truth there) or inside the bracket (unknown: the router times it live).
     cal = Calibration()
     for p in points:
         cal.put("GPU-1", shape_key("bfloat16", 128, 24, p["tokens"], p["tokens"], False),
@@ -70,20 +75,39 @@ def test_bisection_brackets_the_crossover_with_few_shapes() -> None:
     for tokens in SWEEP:
         found, how = cal.lookup("GPU-1", shape_key("bfloat16", 128, 24, tokens, tokens,
                                                    False))
+        if kept < tokens < routed:
+            assert (found, how) == (None, "unknown"), tokens
+            continue
         assert found is not None and found.route is (tokens >= 11264), tokens
         assert how == ("stored" if tokens in log else "interpolated")
 
 
+def test_bisection_stops_when_the_bracket_is_narrow_and_not_before() -> None:
+    truth = {t: t >= 14336 for t in SWEEP}
+    for ratio, last_kept in ((1.0, 12288), (BRACKET_RATIO, 12288), (2.0, 8192)):
+        plan = Bisection(SWEEP, initial_lengths(SWEEP), ratio)
+        measured = []
+        while (tokens := plan.next()) is not None:
+            measured.append(tokens)
+            plan.record(tokens, truth[tokens])
+        routed = min(t for t in measured if truth[t])
+        kept = max(t for t in measured if not truth[t])
+        assert kept == last_kept, ratio
+        assert routed <= kept * max(ratio, 1.0) or SWEEP.index(routed) == SWEEP.index(kept) + 1
+    # 1.0: grid neighbours (12288, 14336); 2.0: the coarse pair (8192, 16384) is enough.
+    assert routed == 16384
+
+
 def test_bisection_follows_every_change_of_decision_and_nothing_else() -> None:
-    plan = Bisection(SWEEP, [1024, 32768])
+    plan = Bisection(SWEEP, [1024, 32760])
     truth = {t: 9216 <= t < 20480 for t in SWEEP}  # a window of wins, then a long dip
     measured = []
     while (tokens := plan.next()) is not None:
         measured.append(tokens)
         plan.record(tokens, truth[tokens])
-    # 1024 and 32768 agree (both lose), so bisection alone never looks between them: the
+    # 1024 and 32760 agree (both lose), so bisection alone never looks between them: the
     # coarse lengths are what find the window.
-    assert measured == [1024, 32768]
+    assert measured == [1024, 32760]
     plan = Bisection(SWEEP, initial_lengths(SWEEP))
     measured = []
     while (tokens := plan.next()) is not None:
@@ -92,7 +116,8 @@ def test_bisection_follows_every_change_of_decision_and_nothing_else() -> None:
     index = sorted(SWEEP.index(t) for t in measured)
     for a, b in itertools.pairwise(index):
         if truth[SWEEP[a]] != truth[SWEEP[b]]:
-            assert b == a + 1  # each change bracketed by grid neighbours
+            # each change bracketed by grid neighbours or lengths within the ratio
+            assert b == a + 1 or SWEEP[b] <= SWEEP[a] * BRACKET_RATIO
     assert plan.left() == 0
 
 
@@ -138,6 +163,44 @@ def test_an_unchanged_build_re_times_a_sample_and_keeps_the_rest() -> None:
     assert not any(p["reused"] for p in moved)
     assert not any(p["route"] for p in moved)
     assert len(log) > len(sample)
+
+
+def test_a_sister_dtype_borrows_the_first_dtypes_decisions_after_a_sample_agrees() -> None:
+    log: list[int] = []
+    first = _family(_speedup_measure(_flux_like, log), lambda *_: None, SWEEP,
+                    FLUX_APPS, {}, 1, 24, {}, "bf16")
+    key = {"dtype": "bfloat16", "chosen": "sage_fp8_sm90",
+           "sweep": [{**p, "batch": 1, "heads": 24} for p in first]}
+    families = sister_families(key)
+    assert list(families) == [(1, 24)]
+    sister = sister_for(families, 1, 24, "sage_fp8_sm90")
+    assert sister is not None and sister[0] == "bfloat16"
+    assert set(sister[1]) == {p["tokens"] for p in first}
+    # another kernel, another family, or a key without a kernel: nothing to borrow
+    assert sister_for(families, 1, 24, "sage_fp16_triton") is None
+    assert sister_for(families, 1, 40, "sage_fp8_sm90") is None
+    assert sister_families({**key, "chosen": None}) == {}
+    # The same speeds: only the sample is timed; the rest are the sister's decisions.
+    log.clear()
+    info: dict[str, Any] = {}
+    borrowed = _family(_speedup_measure(_flux_like, log), lambda *_: None, SWEEP, FLUX_APPS,
+                       {}, 1, 24, {}, "fp16", sister=sister, sister_info=info)
+    assert log == reuse_sample(sister[1])
+    assert info == {"timed": len(log), "kept": len(first) - len(log), "families": ["fp16"]}
+    assert [(p["tokens"], p["route"]) for p in borrowed] == [(p["tokens"], p["route"])
+                                                              for p in first]
+    assert {p["tokens"] for p in borrowed if p.get("borrowed") == "bfloat16"} \
+        == {p["tokens"] for p in first} - set(log)
+    assert not any(p["reused"] for p in borrowed)  # stamped with this run's time by verify
+    # A sample that disagrees measures the family whole, each length once, and says so.
+    log.clear()
+    info = {}
+    own = _family(_speedup_measure(lambda t: 0.9, log), lambda *_: None, SWEEP, FLUX_APPS,
+                  {}, 1, 24, {}, "fp16", sister=sister, sister_info=info)
+    assert info["families_remeasured"] == ["fp16"] and "families" not in info
+    assert not any(p["route"] or p.get("borrowed") for p in own)
+    assert len(log) == len(set(log)) and set(log) == {p["tokens"] for p in own}
+    assert set(reuse_sample(sister[1])) <= set(log)
 
 
 def test_reuse_sample_takes_the_clearest_decision_on_each_side() -> None:
@@ -242,3 +305,13 @@ def test_verify_says_whether_it_kept_stored_decisions() -> None:
                                                              "anew"}}}
     assert render_reuse(fresh) == "every shape measured: --fresh: every shape decided anew\n"
     assert render_reuse({"measure": {}}) == ""
+    fresh["measure"]["sister"] = {"kept": 30, "timed": 6, "families": [
+        "float16 D64 2x10", "float16 D128 1x24"], "families_remeasured": ["float16 D128 1x40"]}
+    lines = render_reuse(fresh).splitlines()
+    assert lines[0] == "every shape measured: --fresh: every shape decided anew"
+    assert lines[1] == ("took 30 shape decisions from the other dtype with the same kernel, "
+                        "after a sample of 6 agreed: float16 D64 2x10, float16 D128 1x24; "
+                        "measured whole where the other dtype's sample disagreed: "
+                        "float16 D128 1x40")
+    fresh["measure"]["sister"] = {"kept": "x", "timed": 6, "families": ["a"]}  # hostile
+    assert render_reuse(fresh).count("\n") == 1

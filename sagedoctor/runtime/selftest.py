@@ -7,9 +7,12 @@ rows; the older shared K offset) with each smooth_k setting its spec allows, the
 kernel and setting reported; the Gaussian case decides whether a kernel passes (the router
 checks every call site on its own data), and the router's choice is timed against SDPA with
 the method of measure.py at the lengths that decide: the app shapes (SDXL, FLUX 1024/1536/2048,
-Wan 720p), a coarse set from 1024 to 32768, and, per (dtype, head size, heads), the crossover
-bracketed by bisection on the grid of lengths between measured points whose decisions differ.
-The router interpolates between stored lengths whose decisions agree. Each point carries its
+Wan 720p), a coarse set from 1024 to 32760, and, per (dtype, head size, heads), the crossover
+bracketed by bisection on the grid of lengths between measured points whose decisions differ,
+until the bracket's ends lie within BRACKET_RATIO of each other (a length inside a bracket is
+close to the crossover, where either path is within a few percent of the other: the router
+times it live, as any shape verify did not store). The router interpolates between stored
+lengths whose decisions agree. Each point carries its
 decision, which `verify` stores per GPU and shape. The crossover (the shortest length from
 which every longer one is routed) is reported for reading. Also: what `sageattn()` itself would
 pick, and whether that is correct.
@@ -19,6 +22,11 @@ Reuse: where the decisions stored for this build were measured with the same ker
 again on every key, but only a sample of the stored shapes is timed again (per family the most
 clearly routed and the most clearly kept length); if the sample agrees, the rest are kept,
 otherwise that family is measured anew. `--fresh` decides everything anew.
+
+Sister dtypes: fp16 and bf16 inputs run the same quantised kernel (SageAttention quantises Q
+and K to int8 and V to fp8 or fp16 whatever the input type) against the same SDPA kernel, so a
+family of the second dtype measured with the same kernel as the first borrows the first's
+decisions after the same sample as reuse agrees; where it disagrees, it is measured whole.
 
 `--progress` writes one line per shape to stderr (PROGRESS_PREFIX, then JSON: key, shape,
 shapes done and an estimate of those left, seconds spent and left) for verify's output.
@@ -39,7 +47,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from .accuracy import Comparison, Thresholds, compare
+from .accuracy import (
+    ACCURACY_CASES,
+    Comparison,
+    Thresholds,
+    accuracy_case,
+    compare,
+)
 from .decisions import (
     PROGRESS_PREFIX,
     Calibration,
@@ -66,10 +80,13 @@ CHECK_SHAPE = (1, 8, 4096)  # batch, heads, tokens for the correctness checks
 # Lengths real models use sit between powers of two: FLUX at 1536x1536 is 9728 tokens, at
 # 2048x2048 16896, Wan 720p 32760; the crossover on Hopper lies near 10k.
 SWEEP = (1024, 2048, 4096, 4608, 6144, 8192, 9216, 9728, 10240, 11264, 12288, 14336, 16384,
-         16896, 20480, 24576, 28672, 32760, 32768)
+         16896, 20480, 24576, 28672, 32760)
 QUICK_SWEEP = (1024, 4096, 16384)
 # Measured in every full sweep; the rest of SWEEP only where bisection brackets a crossover.
-COARSE = (1024, 4096, 8192, 16384, 24576, 32768)
+COARSE = (1024, 4096, 8192, 16384, 24576, 32760)
+# Bisection stops when a bracket's longer end is within this ratio of its shorter one: 8192
+# and 10240 are close enough (each sustained point near the crossover costs up to 2 s).
+BRACKET_RATIO = 1.25
 # The app shapes (bf16): (dtype, head size, batch, heads) -> lengths. The tool's
 # decide/app_shapes.APP_SHAPES names the same shapes for its output.
 APP_LENGTHS = {("bfloat16", 64, 2, 10): (4096,), ("bfloat16", 128, 1, 24): (4608, 9728, 16896),
@@ -106,45 +123,6 @@ def _modules() -> dict[str, str]:
     return out
 
 
-# The accuracy suite's cases, in report order. "gaussian" decides a kernel's pass; the rest are
-# reported (worst case per kernel and smooth_k setting): the router checks each call site on
-# its own data, so a kernel wrong on outliers still serves the sites where it is right.
-JOINT_OFFSETS = (100, 300, 600)
-ACCURACY_CASES = ("gaussian", *(f"joint_offset_{o}" for o in JOINT_OFFSETS), "large_rows",
-                  "near_constant_rows", "shared_k_offset")
-TEXT_TOKENS = 512  # a joint sequence's text tokens ahead of its image tokens (FLUX, SD3)
-
-
-def accuracy_case(torch: Any, device: Any, dtype: Any, shape: tuple[int, int, int], d: int,
-                  case: str, seed: int = 0) -> tuple[Any, Any, Any]:
-    """One case of the suite: Gaussian Q, K, V with the case's structure laid over them."""
-    generator = torch.Generator(device=device).manual_seed(seed)
-    b, h, s = shape
-    q, k, v = (torch.randn(b, h, s, d, device=device, dtype=torch.float32, generator=generator)
-               for _ in range(3))
-    if case.startswith("joint_offset_"):
-        # one channel of Q and K offset on the image tokens only: what InvokeAI measured in
-        # the first block of Qwen-Image and Krea-2 (near +600 on every image token)
-        text = min(TEXT_TOKENS, s // 8)
-        offset = float(case.rpartition("_")[2])
-        q[:, :, text:, 0] += offset
-        k[:, :, text:, 0] += offset
-    elif case == "large_rows":
-        rows = slice(None, None, 16)  # every 16th token 30x (Q, K) and 50x (V) larger
-        q[:, :, rows] *= 30
-        k[:, :, rows] *= 30
-        v[:, :, rows] *= 50
-    elif case == "near_constant_rows":
-        rows = slice(None, None, 8)  # every 8th token of K and V one value in every channel
-        k[:, :, rows] = 3.0 + 1e-3 * k[:, :, rows]
-        v[:, :, rows] = -2.0 + 1e-3 * v[:, :, rows]
-    elif case == "shared_k_offset":
-        # large magnitudes and a shared K offset: what overflows int8/fp8 quantisation and
-        # gives the black images users report
-        q, k, v = q * 8, k * 8 + 20, v * 50
-    elif case != "gaussian":
-        raise ValueError(f"unknown accuracy case {case!r}")
-    return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
 def _on(torch: Any, device: Any) -> Any:
@@ -233,14 +211,16 @@ def initial_lengths(grid: tuple[int, ...], apps: tuple[int, ...] = ()) -> list[i
 
 class Bisection:
     """Which length to measure next: the initial ones, then the middle of the grid between two
-    adjacent measured lengths whose decisions differ, until they are neighbours on the grid.
-    Between two measured lengths that agree nothing more is measured: the router
-    interpolates there."""
+    adjacent measured lengths whose decisions differ, until they are neighbours on the grid or
+    within `ratio` of each other. Between two measured lengths that agree nothing more is
+    measured: the router interpolates there."""
 
-    def __init__(self, grid: tuple[int, ...], initial: list[int]) -> None:
+    def __init__(self, grid: tuple[int, ...], initial: list[int],
+                 ratio: float = BRACKET_RATIO) -> None:
         self.grid = sorted(set(grid))
         self.queue = [t for t in sorted(set(initial)) if t in self.grid]
         self.decided: dict[int, bool] = {}
+        self.ratio = ratio
 
     def record(self, tokens: int, route: bool) -> None:
         self.decided[tokens] = route
@@ -248,8 +228,10 @@ class Bisection:
     def _gaps(self) -> list[tuple[int, int]]:
         """Grid indices of adjacent measured lengths that disagree with lengths between."""
         index = sorted(self.grid.index(t) for t in self.decided)
+        grid = self.grid
         return [(a, b) for a, b in itertools.pairwise(index)
-                if b - a > 1 and self.decided[self.grid[a]] != self.decided[self.grid[b]]]
+                if b - a > 1 and grid[b] > grid[a] * self.ratio
+                and self.decided[grid[a]] != self.decided[grid[b]]]
 
     def next(self) -> int | None:
         while self.queue:
@@ -416,7 +398,10 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
                     "prior_decisions": sum(len(g.decisions) for g in prior.gpus.values())
                     if prior and not fresh else 0,
                     "reuse": {"allowed": reuse, "why": why, "kept": 0, "timed": 0,
-                              "families_remeasured": []}},
+                              "families_remeasured": []},
+                    # families of the second dtype that took the first's decisions
+                    "sister": {"kept": 0, "timed": 0, "families": [],
+                               "families_remeasured": []}},
         "gpus": [],
         "fingerprint": fingerprint,
         "inputs": inputs,
@@ -458,8 +443,9 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
             for d in head_dims:
                 for batch, heads in SWEEP_SHAPES.get(d, ((1, 16),))[:1 if quick else None]:
                     apps = APP_LENGTHS.get((dtype_name, d, batch, heads), ())
-                    # Reusing, a family re-times its two sample lengths (more if they disagree).
-                    expected = (2 if reuse and not quick
+                    # Reusing (or borrowing the first dtype's decisions), a family re-times its
+                    # two sample lengths (more if they disagree).
+                    expected = (2 if (reuse or dtype_name != dtypes[0]) and not quick
                                 else len(initial_lengths(sweep, apps)) + (0 if quick else 2))
                     tracker.plan(_family_label(dtype_name, d, batch, heads, index, count),
                                  expected)
@@ -476,14 +462,18 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
         gpu_id = gpu_identity(gpu["uuid"], gpu["name"], gpu["arch"], index)
         earlier = prior.gpus.get(gpu_id) if prior else None
         shapes = {d: SWEEP_SHAPES.get(d, ((1, 16),))[:1 if quick else None] for d in head_dims}
+        sisters: dict[int, dict[tuple[int, int], tuple[str, str, dict[int, Decision]]]] = {}
         for dtype_name in dtypes:
             dtype = getattr(torch, dtype_name)
             for d in head_dims:
-                gpu["keys"].append(_test_key(
+                key = _test_key(
                     torch, registry, thresholds, sdpa, timer, device, arch, dtype_name, dtype,
                     d, sweep, shapes[d], settings, earlier.decisions if earlier else {},
                     reuse=reuse and not quick, report=report, progress=tracker,
-                    gpu_label=(index, count)))
+                    gpu_label=(index, count), sister=sisters.get(d))
+                gpu["keys"].append(key)
+                if not sisters.get(d):
+                    sisters[d] = sister_families(key)
         report["gpus"].append(gpu)
     timing["selftest_s"] = round(time.perf_counter() - began, 2)
     return report
@@ -556,7 +546,9 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
               settings: MeasureSettings, earlier: dict[str, Any], device_type: str = "cuda",
               check_shape: tuple[int, int, int] = CHECK_SHAPE, *, reuse: bool = False,
               report: dict[str, Any] | None = None, progress: Progress | None = None,
-              gpu_label: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+              gpu_label: tuple[int, int] = (0, 1),
+              sister: dict[tuple[int, int], tuple[str, str, dict[int, Decision]]] | None = None,
+              ) -> dict[str, Any]:
     checks_began = time.perf_counter()
     key: dict[str, Any] = {"dtype": dtype_name, "head_dim": d, "kernels": [], "chosen": None,
                            "sweep": [], "crossover": None,
@@ -615,6 +607,7 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
     spec, fn = chosen
     sweep_began = time.perf_counter()
     reuse_info = (report or {}).get("measure", {}).get("reuse", {})
+    sister_info = (report or {}).get("measure", {}).get("sister", {})
     crossovers: dict[str, int | None] = {}
     for batch, heads in shapes:
         label = _family_label(dtype_name, d, batch, heads, *gpu_label)
@@ -638,7 +631,9 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
         apps = APP_LENGTHS.get((dtype_name, d, batch, heads), ())
         points = _family(measure, tick, sweep, apps,
                          family_points(earlier, dtype_name, d, batch, heads, spec.name)
-                         if reuse else {}, batch, heads, reuse_info, label)
+                         if reuse else {}, batch, heads, reuse_info, label,
+                         sister=sister_for(sister, batch, heads, spec.name),
+                         sister_info=sister_info)
         key["sweep"].extend(points)
         crossovers[f"{batch}x{heads}"] = crossover([(p["tokens"], p["route"]) for p in points])
     key["crossovers"] = crossovers
@@ -647,6 +642,34 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
         timing["sweep_s"] = round(timing.get("sweep_s", 0.0)
                                   + time.perf_counter() - sweep_began, 2)
     return key
+
+
+def sister_families(key: dict[str, Any]) -> dict[tuple[int, int], tuple[str, str,
+                                                                         dict[int, Decision]]]:
+    """A measured key's families as a sister dtype borrows them: (batch, heads) -> (dtype,
+    kernel, decision by length)."""
+    out: dict[tuple[int, int], tuple[str, str, dict[int, Decision]]] = {}
+    kernel = key.get("chosen")
+    if not kernel:
+        return out
+    for p in key.get("sweep", []):
+        family = out.setdefault((int(p["batch"]), int(p["heads"])),
+                                (str(key["dtype"]), str(kernel), {}))
+        family[2][int(p["tokens"])] = Decision(
+            route=bool(p["route"]), kernel=str(kernel), speedup=float(p["speedup"]),
+            low=float(p.get("low", p["speedup"])), high=float(p.get("high", p["speedup"])),
+            rounds=int(p.get("rounds", 0)), source="verify")
+    return out
+
+
+def sister_for(sister: dict[tuple[int, int], tuple[str, str, dict[int, Decision]]] | None,
+               batch: int, heads: int, kernel: str) -> tuple[str, dict[int, Decision]] | None:
+    """The sister dtype's decisions for this family, where they were measured with the same
+    kernel (another kernel's speed says nothing about this one's)."""
+    found = (sister or {}).get((batch, heads))
+    if found is None or found[1] != kernel or not found[2]:
+        return None
+    return found[0], found[2]
 
 
 def _stored_kernel(earlier: dict[str, Decision], dtype: str, d: int) -> str | None:
@@ -661,28 +684,54 @@ def _family_label(dtype: str, d: int, batch: int, heads: int, index: int, count:
     return f"{dtype} D{d} {batch}x{heads}" + (f" on GPU {index}" if count > 1 else "")
 
 
+def _sampled(measure: Callable[[int], dict[str, Any]], tick: Callable[[int, int, str], None],
+             decisions: dict[int, Decision], what: str,
+             info: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """reuse_sample's lengths of `decisions` timed now, and whether each agrees."""
+    sample = reuse_sample(decisions)
+    timed = []
+    for i, tokens in enumerate(sample):
+        timed.append(measure(tokens))
+        tick(tokens, len(sample) - i - 1, what)
+    info["timed"] = info.get("timed", 0) + len(timed)
+    return timed, all(p["route"] == decisions[p["tokens"]].route for p in timed)
+
+
 def _family(measure: Callable[[int], dict[str, Any]], tick: Callable[[int, int, str], None],
             sweep: tuple[int, ...], apps: tuple[int, ...], stored: dict[int, Decision],
             batch: int, heads: int, reuse_info: dict[str, Any],
-            label: str) -> list[dict[str, Any]]:
+            label: str, *, sister: tuple[str, dict[int, Decision]] | None = None,
+            sister_info: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One (dtype, head size, batch x heads) family's points: a sample of the stored ones
-    timed again and the rest kept where the sample agrees, else bisection from scratch."""
+    timed again and the rest kept where the sample agrees; else, with nothing stored, the
+    sister dtype's decisions (its dtype and points by length) after the same sample agrees;
+    else bisection from scratch."""
+    timed: list[dict[str, Any]] = []
     if stored:
-        sample = reuse_sample(stored)
-        timed = []
-        for i, tokens in enumerate(sample):
-            timed.append(measure(tokens))
-            tick(tokens, len(sample) - i - 1, "re-timed")
-        reuse_info["timed"] = reuse_info.get("timed", 0) + len(timed)
-        if all(p["route"] == stored[p["tokens"]].route for p in timed):
+        timed, agree = _sampled(measure, tick, stored, "re-timed", reuse_info)
+        if agree:
             reuse_info["kept"] = reuse_info.get("kept", 0) + len(stored) - len(timed)
             again = {p["tokens"] for p in timed}
             kept = [_kept_point(batch, heads, t, stored[t]) for t in sorted(stored)
                     if t not in again]
             return sorted(timed + kept, key=lambda p: int(p["tokens"]))
         reuse_info.setdefault("families_remeasured", []).append(label)
+    elif sister is not None and sister[1]:
+        info = sister_info if sister_info is not None else {}
+        dtype, decisions = sister
+        timed, agree = _sampled(measure, tick, decisions, f"checked against {dtype}", info)
+        if agree:
+            info["kept"] = info.get("kept", 0) + len(decisions) - len(timed)
+            info.setdefault("families", []).append(label)
+            again = {p["tokens"] for p in timed}
+            taken = [{**_kept_point(batch, heads, t, decisions[t]), "reused": False,
+                      "borrowed": dtype} for t in sorted(decisions) if t not in again]
+            return sorted(timed + taken, key=lambda p: int(p["tokens"]))
+        info.setdefault("families_remeasured", []).append(label)
     plan = Bisection(sweep, initial_lengths(sweep, apps))
-    points: list[dict[str, Any]] = []
+    points = [p for p in timed if p["tokens"] in plan.grid]  # a sample's points count
+    for point in points:
+        plan.record(int(point["tokens"]), bool(point["route"]))
     while (length := plan.next()) is not None:
         point = measure(length)
         plan.record(length, bool(point["route"]))
