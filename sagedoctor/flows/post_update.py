@@ -126,18 +126,17 @@ def repair_plan(options: PostUpdateOptions, facts: Facts, probe: ProbeOptions, p
                 ) -> tuple[WheelIndex, Plan | Blocked, bool]:
     """The repair's plan, and whether it changes anything; a killed install's journal is
     rolled back first."""
-    from ..decide.resolve import resolve_plan
-    from ..decide.resolve.steps import ResolveOptions
     from ..index import load_index
     from ..install.recover import recover_pending
     from ..probe import collect_facts
+    from .plan import PlanOptions, plan_for
 
     if recover_pending(prefix, on_event):  # a killed install's journal: rolled back first
         facts = collect_facts(probe)
-    index = load_index(options.index_file)
-    result = resolve_plan(facts, index, ResolveOptions(
-        source_dir=str(options.source_dir.resolve()) if options.source_dir else None,
-        use_linux_indexes=options.use_linux_indexes, rebuild=rebuild))
+    planning = PlanOptions(index_file=options.index_file, source_dir=options.source_dir,
+                           use_linux_indexes=options.use_linux_indexes, rebuild=rebuild)
+    index = load_index(planning.index_file)
+    result = plan_for(facts, index, planning)  # the plan flow's, over the facts taken here
     changing = not isinstance(result, Blocked) and any(
         s.action != "verify" for s in result.steps)
     return index, result, changing
