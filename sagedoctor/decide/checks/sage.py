@@ -9,6 +9,7 @@ from ...facts import (
     Facts,
     GpuFacts,
     TargetFacts,
+    VerificationFacts,
     WrongKernel,
 )
 from ...index import WheelIndex, shipped_index
@@ -171,38 +172,63 @@ def _check_verification(facts: Facts, os_name: str) -> list[Finding]:
         return [finding("SD169", "error" if hooked else "info",
                         f"{why}; nothing has proven this build on this GPU{hook_note}", verify)]
     if not verification_is_current(record, target):
-        sage = target.sageattention.version
-        torch = target.torch.version if target.torch else "none"
-        lies = [c for c in record.changed if c.startswith(PYVENV_CFG_SAYS)]
-        if lies:  # verify again would not help: pyvenv.cfg names another Python
-            return [pyvenv_cfg_finding(lies[0], target.prefix, hooked, hook_note)]
-        dists = [c for c in record.changed if not c.startswith("python ")]
-        now = "; ".join([*(f"{c} since" for c in record.changed if c.startswith("python ")),
-                         *([f"the installed files of {', '.join(dists)} changed since (another "
-                            "build or reinstall, whatever its version says)"] if dists else [])]
-                        ) or f"now {sage} and {torch}"
-        return [finding("SD168", "error" if hooked else "warn",
-                        f"verified on {record.verified_at} with sageattention "
-                        f"{record.sageattention} and torch {record.torch}; {now}{hook_note}",
-                        verify)]
+        return [_stale_finding(record, target, hooked, hook_note, verify)]
     out = []
     if record.verdict == "routing" and record.arming_problem is not None:
-        # check reads the user-state copy, the hook the venv's: they must say the same
-        out.append(finding("SD168", "error" if record.hooked else "warn",
-                           f"verify ({record.verified_at}) passed, but {record.arming_problem}; "
-                           + ("the start-up hook arms only from it, so SageAttention stays off"
-                              if record.hooked else "`sagedoctor enable` would refuse"),
-                           verify))
-    for wrong in record.wrong_sageattn:
-        route = ("the fork's wheel" if os_name == "windows"
-                 else "a source build of the pinned commit")
-        out.append(finding(
-            "SD167", "error",
-            f"verify ({record.verified_at}) found `sageattn()` "
-            f"({wrong.kernel or 'its auto kernel'}) wrong on {wrong.name} "
-            f"sm{wrong.arch.replace('.', '')} ({wrong.gpu}); ComfyUI --use-sage-attention, "
-            "KJNodes and diffusers call it directly and get garbage images (the router "
-            "does not use it)",
-            f"sagedoctor install --venv {quoted_prefix(target, os_name)}  (replaces the build "
-            f"with {route})"))
+        out.append(_arming_finding(record, record.arming_problem, verify))
+    out += [_wrong_sageattn_finding(record, wrong, target, os_name)
+            for wrong in record.wrong_sageattn]
     return out
+
+
+def _stale_finding(record: VerificationFacts, target: TargetFacts, hooked: bool,
+                   hook_note: str, verify: str) -> Finding:
+    """SD168 where the venv changed since verify: what changed, or the pyvenv.cfg lie that a
+    new verify would not cure."""
+    lies = [c for c in record.changed if c.startswith(PYVENV_CFG_SAYS)]
+    if lies:  # verify again would not help: pyvenv.cfg names another Python
+        return pyvenv_cfg_finding(lies[0], target.prefix, hooked, hook_note)
+    return finding("SD168", "error" if hooked else "warn",
+                   f"verified on {record.verified_at} with sageattention "
+                   f"{record.sageattention} and torch {record.torch}; "
+                   f"{_changed_since(record, target)}{hook_note}", verify)
+
+
+def _changed_since(record: VerificationFacts, target: TargetFacts) -> str:
+    """What changed since verify, in words: Python, distributions' installed files, or (where
+    the record names nothing) the versions installed now."""
+    dists = [c for c in record.changed if not c.startswith("python ")]
+    now = "; ".join([*(f"{c} since" for c in record.changed if c.startswith("python ")),
+                     *([f"the installed files of {', '.join(dists)} changed since (another "
+                        "build or reinstall, whatever its version says)"] if dists else [])])
+    if now:
+        return now
+    sage = target.sageattention.version if target.sageattention else "none"
+    torch = target.torch.version if target.torch else "none"
+    return f"now {sage} and {torch}"
+
+
+def _arming_finding(record: VerificationFacts, problem: str, verify: str) -> Finding:
+    """SD168 where verify passed but its record cannot arm the hook."""
+    # check reads the user-state copy, the hook the venv's: they must say the same
+    return finding("SD168", "error" if record.hooked else "warn",
+                   f"verify ({record.verified_at}) passed, but {problem}; "
+                   + ("the start-up hook arms only from it, so SageAttention stays off"
+                      if record.hooked else "`sagedoctor enable` would refuse"),
+                   verify)
+
+
+def _wrong_sageattn_finding(record: VerificationFacts, wrong: WrongKernel,
+                            target: TargetFacts, os_name: str) -> Finding:
+    """SD167: verify found `sageattn()` itself wrong on a GPU; the fix replaces the build."""
+    route = ("the fork's wheel" if os_name == "windows"
+             else "a source build of the pinned commit")
+    return finding(
+        "SD167", "error",
+        f"verify ({record.verified_at}) found `sageattn()` "
+        f"({wrong.kernel or 'its auto kernel'}) wrong on {wrong.name} "
+        f"sm{wrong.arch.replace('.', '')} ({wrong.gpu}); ComfyUI --use-sage-attention, "
+        "KJNodes and diffusers call it directly and get garbage images (the router "
+        "does not use it)",
+        f"sagedoctor install --venv {quoted_prefix(target, os_name)}  (replaces the build "
+        f"with {route})")
