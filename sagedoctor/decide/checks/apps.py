@@ -9,6 +9,7 @@ from ...facts import (
     ComfyUIFacts,
     Facts,
     InvokeAIFacts,
+    InvokeAIPackageFacts,
     TargetFacts,
     VerificationFacts,
 )
@@ -33,18 +34,36 @@ def check_invokeai(facts: Facts, use: str | None = None) -> list[Finding]:
         return []
     if inv.root is None:
         return [finding("SD181", "info", "no InvokeAI install found")]
-    out: list[Finding] = []
     package = facts.target.invokeai if facts.target else None
-    config = (f"invokeai.yaml schema {inv.schema_version or '?'}, attention_type "
-              f"{inv.attention_type or 'auto (default)'}" if inv.config_exists
-              else "no invokeai.yaml yet")
     if package is None and inv.marked is False:
         source = inv.root_source
         return [finding("SD180", "ok", f"no InvokeAI at {inv.root} (from {source})"),
                 finding("SD186", "warn", f"{inv.root} (from {source}) holds no invokeai.yaml, "
                         "no launcher marker and no invokeai package in a .venv")]
-    out.append(finding("SD180", "ok", f"{_invokeai_version(facts, inv)} at {inv.root} (from "
-                       f"{inv.root_source}); {config}"))
+    out = [finding("SD180", "ok", f"{_invokeai_version(facts, inv)} at {inv.root} (from "
+                   f"{inv.root_source}); {_invokeai_config(inv)}")]
+    out += _config_edit_findings(facts, inv, use)
+    out += switch_findings(facts, use)
+    if inv.attention_type == "sliced":
+        out.append(finding("SD185", "warn", f"{inv.config_path} sets attention_type: sliced"))
+    out += launcher_update_findings(inv, facts.verification,
+                                    facts.system.os if facts.system else "linux")
+    if package is not None:
+        out += _package_findings(inv, package)
+    return out
+
+
+def _invokeai_config(inv: InvokeAIFacts) -> str:
+    """What the summary says of invokeai.yaml: its schema and attention_type, or none yet."""
+    return (f"invokeai.yaml schema {inv.schema_version or '?'}, attention_type "
+            f"{inv.attention_type or 'auto (default)'}" if inv.config_exists
+            else "no invokeai.yaml yet")
+
+
+def _config_edit_findings(facts: Facts, inv: InvokeAIFacts, use: str | None) -> list[Finding]:
+    """What stands in the way of the plan's invokeai.yaml edit (errors where the plan edits
+    it), or the edit itself still to do (SD193)."""
+    out: list[Finding] = []
     pending = invokeai_switch_pending(facts, use)
     # The plan edits invokeai.yaml: the sage choice written, or set back for the hook (SD194).
     edits = pending is not None or invokeai_switch_reset(facts, use) is not None
@@ -60,15 +79,17 @@ def check_invokeai(facts: Facts, use: str | None = None) -> list[Finding]:
         out.append(finding("SD193", "error", f"{inv.config_path or 'invokeai.yaml'} does not "
                            f"set attention_backend: {pending}",
                            f"sagedoctor install --venv {quoted_prefix(facts.target, os_name)}"))
-    out += switch_findings(facts, use)
-    if inv.attention_type == "sliced":
-        out.append(finding("SD185", "warn", f"{inv.config_path} sets attention_type: sliced"))
-    out += launcher_update_findings(inv, facts.verification,
-                                    facts.system.os if facts.system else "linux")
-    if package is not None and package.attention_backend_unread is not None:
+    return out
+
+
+def _package_findings(inv: InvokeAIFacts, package: InvokeAIPackageFacts) -> list[Finding]:
+    """What the installed invokeai package says of attention_backend: unread (SD189), or
+    unsupported by this version (SD182), and then a setting of it is an error (SD184)."""
+    out: list[Finding] = []
+    if package.attention_backend_unread is not None:
         out.append(finding("SD189", "warn", f"InvokeAI {package.version}: attention_backend "
                            f"is declared, but {package.attention_backend_unread}"))
-    if package is not None and package.attention_backend_supported is False:
+    if package.attention_backend_supported is False:
         out.append(finding("SD182", "info", f"InvokeAI {package.version}"))
         if inv.attention_backend is not None:
             out.append(finding("SD184", "error",
