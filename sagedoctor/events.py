@@ -167,6 +167,23 @@ class ConfigEdited:
 
 
 @dataclass(frozen=True)
+class CacheEntryDamaged:
+    """A cached download failed its re-check (`problem`): it was removed, so it is downloaded
+    afresh instead of the next run finding it again."""
+
+    name: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class LogUnwritable:
+    """The run's log file could not be written (`reason`): the run goes on without it."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Note:
     """Any other line of progress: a cache hit, a lock taken over, a file restored."""
 
@@ -177,7 +194,7 @@ Event = (StepStarted | StepFinished | DownloadStarted | DownloadProgress | Downl
          | DigestChecked | BuildStarted | BuildHeartbeat | BuildFinished | SmokeStarted
          | SmokeResult | RollbackStarted | RollbackFinished | LockTakenOver | RecoveryStarted
          | BuildStopped | WorkFolderRemoved | NothingToUndo | FileRemoved | FileRestored
-         | ConfigEdited | Note)
+         | ConfigEdited | CacheEntryDamaged | LogUnwritable | Note)
 OnEvent = Callable[[Event], None]
 
 
@@ -255,4 +272,10 @@ def _recovery_lines(event: Event) -> tuple[str, ...]:
         what = ", ".join(f"{k}: {v}" for k, v in event.settings)
         return (f"set {what} in {event.path} (checked by {event.validated_by}; backup "
                 f"{event.backup or 'none: the file is new'})",)
+    if isinstance(event, CacheEntryDamaged):
+        return (f"{event.name} in the download cache is damaged: {event.problem}; removed it, "
+                "so it is downloaded afresh",)
+    if isinstance(event, LogUnwritable):
+        return (f"the log {event.path} cannot be written ({event.reason}); going on without "
+                "it",)
     return ()  # StepFinished: the next step's line says it

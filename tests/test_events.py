@@ -13,11 +13,13 @@ from sagedoctor.events import (
     BuildFinished,
     BuildHeartbeat,
     BuildStarted,
+    CacheEntryDamaged,
     DigestChecked,
     DownloadFinished,
     DownloadProgress,
     DownloadStarted,
     Event,
+    LogUnwritable,
     Note,
     RollbackFinished,
     RollbackStarted,
@@ -58,6 +60,11 @@ from tests.test_install_kit import fake_source, plan, settings_for, torch_venv
     (SmokeResult(False, "wrong on GPU 0"), ()),  # the error that follows says it
     (RollbackStarted("boom"), ("rolling back: boom",)),
     (RollbackFinished("the venv is as before"), ("the venv is as before",)),
+    (CacheEntryDamaged("f.whl", "it cannot be read (Permission denied)"),
+     ("f.whl in the download cache is damaged: it cannot be read (Permission denied); removed "
+      "it, so it is downloaded afresh",)),
+    (LogUnwritable("/l/x.log", "No space left on device"),
+     ("the log /l/x.log cannot be written (No space left on device); going on without it",)),
     (Note("log: /x"), ("log: /x",)),
 ])
 def test_step_lines_is_the_text_of_each_event(event: Event, lines: tuple[str, ...]) -> None:
@@ -90,3 +97,32 @@ def test_a_source_build_install_emits_typed_events_and_their_text(
     assert [(s.number, s.total, s.preparing) for s in started] == [(1, 1, True), (1, 1, False)]
     smoke = next(e for e in events if isinstance(e, SmokeResult))
     assert smoke.passed
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (ENOSPC)")
+def test_an_event_only_install_gets_every_line_as_an_event(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flows pass no text callback: every line the CLI prints (the unwritable log's
+    included) reaches them as an event, in order."""
+    from tests.test_install_kit import sage_wheel, serving
+    from tests.test_install_steps import wheel_step
+
+    monkeypatch.setenv("SAGEDOCTOR_SMOKE_DEVICE", "cpu")
+    python, _site = torch_venv(tmp_path / "venv")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "full.log").symlink_to("/dev/full")
+    events: list[Event] = []
+    with serving() as site:
+        step = wheel_step(site, sage_wheel(tmp_path / "w"))
+        Executor(plan(python, step), None, tmp_path / "work", logs,
+                 cache_dir=tmp_path / "cache", state_root=tmp_path / "state",
+                 github_api="http://127.0.0.1:9", log_name="full.log",
+                 on_event=events.append).run("0.1.0")
+    unwritable = [e for e in events if isinstance(e, LogUnwritable)]
+    assert unwritable == [LogUnwritable(str(logs / "full.log"), "No space left on device")]
+    # said before the line that found the disk full (the run's first), then never again
+    assert events[:2] == [unwritable[0], Note(f"log: {logs / 'full.log'}")]
+    assert [type(e) for e in events if not isinstance(e, (Note, DownloadProgress))][1:] == [
+        StepStarted, DownloadStarted, DownloadFinished, DigestChecked, StepStarted,
+        StepFinished, SmokeStarted, SmokeResult]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sagedoctor.events import as_lines
 from sagedoctor.install.cache import Cache, safe_file_name
 from sagedoctor.install.errors import HostileDownload, HostileWheel
 from sagedoctor.install.fetch import download
@@ -122,7 +123,8 @@ def test_a_damaged_cache_entry_is_a_miss_not_an_install(tmp_path: Path) -> None:
     assert cache.lookup("f.whl", digest, "https://x.org/f.whl") is None
     assert stored.exists()  # a plain lookup (the TUI's sizes) removes nothing
     said: list[str] = []
-    assert cache.lookup("f.whl", digest, "https://x.org/f.whl", on_damaged=said.append) is None
+    assert cache.lookup("f.whl", digest, "https://x.org/f.whl",
+                        on_damaged=as_lines(said.append)) is None
     assert not stored.exists() and cache.measured("https://x.org/f.whl") is None
     assert said == ["f.whl in the download cache is damaged: its sha256 is no longer the one "
                     "it was stored under; removed it, so it is downloaded afresh"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from sagedoctor.events import as_lines
 from sagedoctor.install.errors import InstallLocked
 from sagedoctor.install.execute import Executor
 from sagedoctor.install.lock import venv_lock, venv_state_dir
@@ -441,7 +442,8 @@ def test_a_stale_journal_whose_pid_now_is_another_process_is_recovered(
         assert "SD199" in text and "an install was interrupted" in text, text
         assert "wait for it" not in text and "sagedoctor install --venv" in text
         said: list[str] = []
-        assert recover_pending(prefix, said.append)  # what `sagedoctor install` runs first
+        # what `sagedoctor install` runs first
+        assert recover_pending(prefix, as_lines(said.append))
         assert any("was interrupted; recovering" in m for m in said), said
         assert pending_install(prefix) is None and not journal.path.exists()
         assert unrelated.poll() is None  # the unrelated process (group) was left alone

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .. import exit_codes
+from ..events import as_lines
 from ..flows.install import InstallOptions, carry_out, only_verify, prepare, source_url
 from ..plan import Blocked
 from ..render.plan import plan_exit_code, render_plan_json, render_plan_text, text_style
@@ -27,7 +28,7 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
         stream.write("sagedoctor: --facts describes another machine; use it with --dry-run\n")
         return exit_codes.USAGE
     url = source_url(options)
-    _facts, index, result = prepare(options, say)
+    _facts, index, result = prepare(options, as_lines(say))
     if options.dry_run or isinstance(result, Blocked):
         if options.plan.as_json:
             stream.write(render_plan_json(result, index.source))
@@ -43,7 +44,7 @@ def run_install(options: InstallOptions, out: TextIO | None = None) -> int:
         # no lock, no snapshot, no transaction for a venv that is not changed.
         return run_verify(Path(result.python), Path(result.prefix), options.quick_verify,
                           options.plan.as_json, stream)
-    carry_out(options, result, say, url)
+    carry_out(options, result, as_lines(say), url)
     if any(step.action == "verify" for step in result.steps):
         return verify_after_commit(Path(result.python), Path(result.prefix),
                                    options.quick_verify, options.plan.as_json, stream)

@@ -9,10 +9,10 @@ What cannot be repaired leaves routing off (the venv's arming record is gone) an
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..events import OnEvent, as_lines
 from ..flows.post_update import (
     EXIT_NOT_VERIFIED,
     EXIT_OK,
@@ -50,7 +50,6 @@ def _confirm(stream: TextIO, yes: bool, fix: str) -> bool:
 def _verify(python: Path, prefix: Path, quick: bool, stream: TextIO) -> tuple[str | None, bool]:
     """(verdict, crashed): the verify writes both records; a self-test that could not run
     (the runtime missing, the interpreter crashing on import) counts as crashed."""
-    from ..events import as_lines
     from ..install.lock import venv_lock, venv_state_dir
     from ..state import forget_routing
     from ..verify import VerifyError
@@ -69,14 +68,14 @@ def _verify(python: Path, prefix: Path, quick: bool, stream: TextIO) -> tuple[st
     return outcome.verdict, False
 
 
-def _indented(stream: TextIO) -> Callable[[str], None]:
-    """Progress lines, as install shows them."""
+def _indented(stream: TextIO) -> OnEvent:
+    """Progress events, rendered as install shows them (events.step_lines)."""
 
     def say(message: str) -> None:
         stream.write(f"  {message}\n")
         stream.flush()
 
-    return say
+    return as_lines(say)
 
 
 def _hook_state(prefix: Path, on: str) -> str:

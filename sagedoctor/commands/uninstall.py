@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from ..events import as_lines
 from ..facts import InvokeAIFacts, TargetFacts
 from ..flows.uninstall import UninstallOptions, carry_out, plan_uninstall, refuse_if_not_writable
 from ..plan import Blocked
@@ -40,5 +41,5 @@ def run_uninstall(target: TargetFacts, *, yes: bool, dry_run: bool, everything: 
         stream.write(f"{line}\n")
         stream.flush()
 
-    carry_out(options, plan, say)
+    carry_out(options, plan, as_lines(say))
     return 0

@@ -4,11 +4,11 @@ commands/install shows the plan, the executor's lines and the verify that follow
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
+from ..events import OnEvent
 from ..facts import Facts
 from ..index import WheelIndex
 from ..plan import Blocked, Plan
@@ -32,7 +32,7 @@ def source_url(options: InstallOptions) -> str | None:
     return None if options.dry_run else chosen_source_url(options.source_url)
 
 
-def prepare(options: InstallOptions, say: Callable[[str], None]
+def prepare(options: InstallOptions, on_event: OnEvent
             ) -> tuple[Facts, WheelIndex, Plan | Blocked]:
     """The plan for this venv; where a killed install left a journal, it is rolled back first
     and the venv planned as it is now."""
@@ -41,7 +41,7 @@ def prepare(options: InstallOptions, say: Callable[[str], None]
     facts, index, result = gather(options.plan)
     if (not options.dry_run and options.plan.facts_file is None
             and facts.target is not None
-            and recover_pending(Path(facts.target.prefix), say)):
+            and recover_pending(Path(facts.target.prefix), on_event)):
         facts, index, result = gather(options.plan)  # plan the venv as it is now
     return facts, index, result
 
@@ -51,11 +51,11 @@ def only_verify(plan: Plan) -> bool:
     return bool(plan.steps) and all(step.action == "verify" for step in plan.steps)
 
 
-def carry_out(options: InstallOptions, plan: Plan, say: Callable[[str], None],
-              url: str | None) -> None:
-    """The plan through the executor (the venv's lock, the journal, the rollback)."""
+def carry_out(options: InstallOptions, plan: Plan, on_event: OnEvent, url: str | None) -> None:
+    """The plan through the executor (the venv's lock, the journal, the rollback), its
+    progress as events."""
     from ..install.execute import execute_plan
     from ..install.runlog import default_log_dir
 
-    execute_plan(plan, say, default_log_dir(), __version__, offline=options.offline,
-                 source_url=url, replan=lambda: gather(options.plan)[2])
+    execute_plan(plan, None, default_log_dir(), __version__, offline=options.offline,
+                 source_url=url, on_event=on_event, replan=lambda: gather(options.plan)[2])

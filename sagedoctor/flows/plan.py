@@ -27,6 +27,7 @@ class PlanOptions:
     use_linux_indexes: bool = True
     as_json: bool = False
     use: str | None = None  # --use app|sagedoctor
+    rebuild: bool = False  # post-update: the installed build no longer loads; build anew
 
 
 def gather(options: PlanOptions) -> tuple[Facts, WheelIndex, Plan | Blocked]:
@@ -44,7 +45,7 @@ def resolve_options(options: PlanOptions) -> ResolveOptions:
     """What of the options the resolver reads (the plan's, and check's verdict over it)."""
     source = str(options.source_dir.resolve()) if options.source_dir else None
     return ResolveOptions(source_dir=source, use_linux_indexes=options.use_linux_indexes,
-                          use=options.use)
+                          use=options.use, rebuild=options.rebuild)
 
 
 def plan_for(facts: Facts, index: WheelIndex, options: PlanOptions) -> Plan | Blocked:

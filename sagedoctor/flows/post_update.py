@@ -6,12 +6,12 @@ target interpreter."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import SagedoctorError
+from ..events import OnEvent
 from ..facts import Facts
 from ..hook import unchanged_since_verify
 from ..index import WheelIndex
@@ -122,29 +122,27 @@ def inspect(options: PostUpdateOptions) -> tuple[Facts, ProbeOptions, Path, Path
 
 
 def repair_plan(options: PostUpdateOptions, facts: Facts, probe: ProbeOptions, prefix: Path,
-                rebuild: bool, say: Callable[[str], None]
+                rebuild: bool, on_event: OnEvent
                 ) -> tuple[WheelIndex, Plan | Blocked, bool]:
     """The repair's plan, and whether it changes anything; a killed install's journal is
     rolled back first."""
-    from ..decide.resolve import resolve_plan
-    from ..decide.resolve.steps import ResolveOptions
     from ..index import load_index
     from ..install.recover import recover_pending
     from ..probe import collect_facts
+    from .plan import PlanOptions, plan_for
 
-    if recover_pending(prefix, say):  # a killed install's journal: rolled back first
+    if recover_pending(prefix, on_event):  # a killed install's journal: rolled back first
         facts = collect_facts(probe)
-    index = load_index(options.index_file)
-    result = resolve_plan(facts, index, ResolveOptions(
-        source_dir=str(options.source_dir.resolve()) if options.source_dir else None,
-        use_linux_indexes=options.use_linux_indexes, rebuild=rebuild))
+    planning = PlanOptions(index_file=options.index_file, source_dir=options.source_dir,
+                           use_linux_indexes=options.use_linux_indexes, rebuild=rebuild)
+    index = load_index(planning.index_file)
+    result = plan_for(facts, index, planning)  # the plan flow's, over the facts taken here
     changing = not isinstance(result, Blocked) and any(
         s.action != "verify" for s in result.steps)
     return index, result, changing
 
 
-def carry_out(plan: Any, options: PostUpdateOptions, say: Callable[[str], None],
-              version: str) -> None:
+def carry_out(plan: Any, options: PostUpdateOptions, on_event: OnEvent, version: str) -> None:
     """The repair through the install transaction; a failure is rolled back and said as
     RepairFailed."""
     from ..install.execute import execute_plan
@@ -153,8 +151,8 @@ def carry_out(plan: Any, options: PostUpdateOptions, say: Callable[[str], None],
 
     url = chosen_source_url(options.source_url)
     try:  # the plan's verify step is run after the transaction, as `install` does
-        execute_plan(plan, say, default_log_dir(), version,
-                     offline=options.offline, source_url=url)
+        execute_plan(plan, None, default_log_dir(), version, offline=options.offline,
+                     source_url=url, on_event=on_event)
     except SagedoctorError as exc:
         # Rolled back: the venv is as the last verify found it, and so is its record.
         raise RepairFailed(f"the repair failed, and the venv was put back as it was: "

@@ -9,12 +9,12 @@ commands/uninstall shows the plan and asks."""
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..apps.invokeai import load_edit_record, untouched_since
 from ..decide.resolve.uninstall import BACKEND_KEY, EditedConfig, UninstallFacts, resolve_uninstall
+from ..events import OnEvent
 from ..facts import InvokeAIFacts, TargetFacts
 from ..hook import hook_path
 from ..plan import Blocked, Plan
@@ -109,8 +109,9 @@ def plan_uninstall(options: UninstallOptions) -> Plan | Blocked:
     return resolve_uninstall(facts, options.everything)
 
 
-def carry_out(options: UninstallOptions, plan: Plan, say: Callable[[str], None]) -> None:
-    """The plan through the install executor, under the venv's lock."""
+def carry_out(options: UninstallOptions, plan: Plan, on_event: OnEvent) -> None:
+    """The plan through the install executor, under the venv's lock, its progress as
+    events."""
     from .. import __version__
     from ..apps.invokeai import refuse_if_running
     from ..install.errors import InstallLocked
@@ -122,8 +123,8 @@ def carry_out(options: UninstallOptions, plan: Plan, say: Callable[[str], None])
         if step.action in ("restore-invokeai", "unset-invokeai-key"):
             refuse_if_running(Path(step.paths[0]), prefix)
     try:  # the install's lock: its in-flight files are not removed under it
-        execute_plan(plan, say, options.log_dir or default_log_dir(), __version__,
-                     state_root=options.state_root)
+        execute_plan(plan, None, options.log_dir or default_log_dir(), __version__,
+                     state_root=options.state_root, on_event=on_event)
     except InstallLocked as exc:
         raise InstallLocked(f"cannot uninstall now: {exc.message}",
                             "wait for the install to finish, then run uninstall again; "

@@ -14,11 +14,11 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..events import CacheEntryDamaged, OnEvent
 from ..file_meta import write_atomic
 from .errors import HostileDownload
 from .integrity import archive_problem
@@ -98,7 +98,7 @@ class Cache:
         return value if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) else None
 
     def lookup(self, name: str, sha256: str | None, url: str,
-               on_damaged: Callable[[str], None] | None = None) -> Path | None:
+               on_damaged: OnEvent | None = None) -> Path | None:
         """The cached file for a known digest (the index's, else the one measured for url);
         re-hashed and read through as an archive, so a damaged entry is a miss, never an
         install. With ``on_damaged``, a damaged entry is also removed (and said), so the
@@ -119,8 +119,7 @@ class Cache:
             return path
         if on_damaged is not None:
             self.drop(path, url)
-            on_damaged(f"{name} in the download cache is damaged: {problem}; removed it, "
-                       "so it is downloaded afresh")
+            on_damaged(CacheEntryDamaged(name, problem))
         return None
 
     def drop(self, path: Path, url: str) -> None:

@@ -41,6 +41,7 @@ from ..events import (
     DownloadProgress,
     DownloadStarted,
     Event,
+    LogUnwritable,
     Note,
     OnEvent,
     RollbackFinished,
@@ -96,7 +97,9 @@ from .transaction import (
 )
 from .wheelcheck import check_wheel, landing_paths, wheel_in_place
 
-Progress = Callable[[str], None]  # each event's text (events.step_lines): the CLI's lines
+# each event's text (events.step_lines), for a caller that wants lines only (the tests);
+# the flows and the TUI take the events themselves (on_event)
+Progress = Callable[[str], None]
 DEFAULT_INDEX = "https://pypi.org/simple/"
 GITHUB_API = "https://api.github.com"
 REPORT_EVERY_S = 15.0  # progress on a long download or build, so it never looks hung
@@ -192,7 +195,7 @@ def _outcome(exc: BaseException) -> str:
 
 
 class Executor:
-    def __init__(self, plan: Plan, progress: Progress, work: Path, log_dir: Path, *,
+    def __init__(self, plan: Plan, progress: Progress | None, work: Path, log_dir: Path, *,
                  cache_dir: Path | None = None, offline: bool = False,
                  state_root: Path | None = None, source_url: str | None = None,
                  github_api: str = GITHUB_API, smoke_timeout: float = SMOKE_TIMEOUT_S,
@@ -214,7 +217,7 @@ class Executor:
         self.github_api = github_api
         self.smoke_timeout = smoke_timeout
         self.report_every = report_every
-        self.on_event = on_event  # every event as data (the TUI's bars), after its text
+        self.on_event = on_event  # every event as data (the flows', the TUI's), after its text
         self.cancel = cancel  # set: a running build is stopped (see build_wheel)
         self.log_name = log_name  # None: install-<time>-<pid>.log
         # uninstall changes packages through uv only: a uv-made venv has no pip
@@ -233,23 +236,24 @@ class Executor:
     # --- the run ----------------------------------------------------------------------------
 
     def emit(self, event: Event) -> None:
-        """An event: its text to the log and `progress`, then the event to `on_event`."""
+        """An event: its text to the log, then to `progress` and the event to `on_event`."""
         for line in step_lines(event):
-            self._line(line)
+            if self.log is not None and self.log.failure is None:
+                self.log.write(line)
+                if self.log.failure is not None:
+                    reason = self.log.failure.strerror or self.log.failure
+                    self._tell(LogUnwritable(str(self.log.path), str(reason)))
+        self._tell(event)
+
+    def _tell(self, event: Event) -> None:
+        if self.progress is not None:
+            for line in step_lines(event):
+                self.progress(line)
         if self.on_event is not None:
             self.on_event(event)
 
     def say(self, message: str) -> None:
         self.emit(Note(message))
-
-    def _line(self, message: str) -> None:
-        if self.log is not None and self.log.failure is None:
-            self.log.write(message)
-            if self.log.failure is not None:
-                reason = self.log.failure.strerror or self.log.failure
-                self.progress(f"the log {self.log.path} cannot be written ({reason}); going "
-                              "on without it")
-        self.progress(message)
 
     def run(self, runtime_version: str) -> None:
         unsupported = [s.action for s in self.plan.steps if s.action not in ACTIONS]
@@ -419,7 +423,7 @@ class Executor:
 
     def _fetch(self, name: str, url: str, sha256: str | None, source: str | None) -> Path:
         safe_file_name(name, url)
-        hit = self.cache.lookup(name, sha256, url, on_damaged=self.say)
+        hit = self.cache.lookup(name, sha256, url, on_damaged=self.emit)
         if hit is not None:
             self.say(f"{name}: from the cache, sha256 and archive checked (no download)")
             return hit
@@ -465,7 +469,7 @@ class Executor:
             else None
         if remembered is not None:
             hit = self.cache.lookup(remembered["name"], remembered["sha256"], remembered["url"],
-                                    on_damaged=self.say)
+                                    on_damaged=self.emit)
             if hit is not None:
                 self.say(f"{requirement}: {hit.name} from the cache (no index request)")
                 return hit
@@ -716,7 +720,7 @@ class Executor:
                                    f"{result.summary}", "its wheel is not used")
 
 
-def execute_plan(plan: Plan, progress: Progress, log_dir: Path, runtime_version: str, *,
+def execute_plan(plan: Plan, progress: Progress | None, log_dir: Path, runtime_version: str, *,
                  cache_dir: Path | None = None, offline: bool = False,
                  source_url: str | None = None, state_root: Path | None = None,
                  on_event: OnEvent | None = None,

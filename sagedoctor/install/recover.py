@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
+from ..events import OnEvent
 
-def recover_pending(prefix: Path, say: Callable[[str], None]) -> bool:
+
+def recover_pending(prefix: Path, on_event: OnEvent) -> bool:
     """Roll back the journal a killed run left in this venv, under the venv's lock; True
     where there was one (the venv is then as before that run)."""
-    from ..events import as_lines
     from .lock import venv_lock, venv_state_dir
     from .transaction import recover_interrupted
 
     folder = venv_state_dir(prefix)
     if not (folder / "journal.json").is_file():
         return False
-    emit = as_lines(say)  # the callers (install's and post-update's flows) print text
-    with venv_lock(folder, prefix, emit):
-        return recover_interrupted(folder, emit)
+    with venv_lock(folder, prefix, on_event):
+        return recover_interrupted(folder, on_event)

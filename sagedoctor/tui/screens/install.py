@@ -1,6 +1,6 @@
 """The install screen: execute_plan in a worker thread, its progress as bars (steps; the
 current download's bytes with rate and elapsed, or the build's elapsed time) and a live log,
-and cancel: the progress callbacks raise InstallCancelled and the executor stops and rolls
+and cancel: the event callback raises InstallCancelled and the executor stops and rolls
 back; a running build is stopped only once the user confirms. Afterwards the venv's files
 are hashed again and compared with a snapshot taken before the run."""
 
@@ -29,6 +29,7 @@ from ...events import (
     DownloadStarted,
     Event,
     StepStarted,
+    step_lines,
 )
 from ...install.execute import execute_plan
 from ...install.runner import InstallError
@@ -144,7 +145,7 @@ v    verify on the GPU (once done)     b  back (once done)
         self._worker_thread = threading.get_ident()
         before = self._snapshot()
         try:
-            execute_plan(self.plan, self._progress, self.tui.session.log_dir, __version__,
+            execute_plan(self.plan, None, self.tui.session.log_dir, __version__,
                          on_event=self._event, cancel=self.stop_build,
                          log_name=self.log_name)
         except SagedoctorError as exc:  # the executor's, or a full disk (SD922)
@@ -177,15 +178,13 @@ v    verify on the GPU (once done)     b  back (once done)
         return (f"Checked: the venv is as before ({describe(before)}); "
                 f"{files_match(before)} their sha256 from before.")
 
-    def _progress(self, line: str) -> None:
-        """Each event's text (events.step_lines), from the executor and its build heartbeat
-        thread: a line of the log pane."""
-        if self._should_stop():
-            raise InstallCancelled(self.current)
-        self.app.call_from_thread(self._log, line)
-
     def _event(self, event: Event) -> None:
-        """Each event as data, after its text: the bars and the current step."""
+        """Each event, from the executor and its build heartbeat thread: its text
+        (events.step_lines) a line of the log pane, its data the bars and the current step."""
+        for line in step_lines(event):
+            if self._should_stop():
+                raise InstallCancelled(self.current)
+            self.app.call_from_thread(self._log, line)
         if isinstance(event, DownloadProgress):
             self._bytes(event.name, event.received, event.size)
             return
