@@ -388,20 +388,9 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "thresholds": {"min_cosine": thresholds.min_cosine, "max_rel_l2": thresholds.max_rel_l2},
-        "measure": {"method": "cuda-events behind a host-lead spin, paired rounds with "
-                              "sequential stopping; sustained blocks decide short intervals "
-                              "that reach into the sustain band; bisection of the crossover",
-                    "margin": settings.margin, "confidence": settings.confidence,
-                    "noise_floor": settings.noise_floor, "max_rounds": settings.max_rounds,
-                    "quick": quick, "sustain_band": list(settings.sustain_band),
-                    "sustain_s": settings.sustain_s,
-                    "prior_decisions": sum(len(g.decisions) for g in prior.gpus.values())
-                    if prior and not fresh else 0,
-                    "reuse": {"allowed": reuse, "why": why, "kept": 0, "timed": 0,
-                              "families_remeasured": []},
-                    # families of the second dtype that took the first's decisions
-                    "sister": {"kept": 0, "timed": 0, "families": [],
-                               "families_remeasured": []}},
+        "measure": _measure_info(settings, quick, reuse, why,
+                                 sum(len(g.decisions) for g in prior.gpus.values())
+                                 if prior and not fresh else 0),
         "gpus": [],
         "fingerprint": fingerprint,
         "inputs": inputs,
@@ -409,20 +398,7 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
     }
     if fresh:
         prior = None
-    try:
-        from importlib import metadata
-
-        report["sageattention"] = metadata.version("sageattention")
-    except Exception:
-        report["sageattention"] = None
-    try:
-        started = time.perf_counter()
-        import sageattention  # noqa: F401
-
-        report["import"] = "ok"
-        timing["import_sageattention_s"] = round(time.perf_counter() - started, 2)
-    except Exception as exc:
-        report["import"] = f"{type(exc).__name__}: {exc}"[:300]
+    _import_sageattention(report, timing)
     started = time.perf_counter()
     report["modules"] = _modules()
     timing["modules_s"] = round(time.perf_counter() - started, 2)
@@ -438,6 +414,72 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
     torch.empty(1, device="cuda")  # the CUDA context, timed on its own
     timing["cuda_init_s"] = round(time.perf_counter() - started, 2)
     tracker = Progress(progress)
+    _plan_progress(tracker, count, dtypes, head_dims, sweep, quick, reuse)
+    for index in range(count):
+        device = torch.device("cuda", index)
+        major, minor = torch.cuda.get_device_capability(device)
+        uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+        gpu: dict[str, Any] = {"index": index, "name": torch.cuda.get_device_name(device),
+                               "arch": f"{major}.{minor}", "uuid": str(uuid) if uuid else None,
+                               "keys": []}
+        gpu_id = gpu_identity(gpu["uuid"], gpu["name"], gpu["arch"], index)
+        earlier = prior.gpus.get(gpu_id) if prior else None
+        shapes = {d: SWEEP_SHAPES.get(d, ((1, 16),))[:1 if quick else None] for d in head_dims}
+        sisters: dict[int, dict[tuple[int, int], tuple[str, str, dict[int, Decision]]]] = {}
+        for dtype_name in dtypes:
+            for d in head_dims:
+                key = _test_key(
+                    torch, registry, thresholds, sdpa, cuda_event_timer(torch, device), device,
+                    (int(major), int(minor)), dtype_name, getattr(torch, dtype_name), d, sweep,
+                    shapes[d], settings, earlier.decisions if earlier else {},
+                    reuse=reuse and not quick, report=report, progress=tracker,
+                    gpu_label=(index, count), sister=sisters.get(d))
+                gpu["keys"].append(key)
+                if not sisters.get(d):
+                    sisters[d] = sister_families(key)
+        report["gpus"].append(gpu)
+    timing["selftest_s"] = round(time.perf_counter() - began, 2)
+    return report
+
+
+def _measure_info(settings: MeasureSettings, quick: bool, reuse: bool, why: str,
+                  prior_decisions: int) -> dict[str, Any]:
+    """The report's account of the method, with the reuse and sister counters it fills."""
+    return {"method": "cuda-events behind a host-lead spin, paired rounds with sequential "
+                      "stopping; sustained blocks decide short intervals that reach into the "
+                      "sustain band; bisection of the crossover",
+            "margin": settings.margin, "confidence": settings.confidence,
+            "noise_floor": settings.noise_floor, "max_rounds": settings.max_rounds,
+            "quick": quick, "sustain_band": list(settings.sustain_band),
+            "sustain_s": settings.sustain_s, "prior_decisions": prior_decisions,
+            "reuse": {"allowed": reuse, "why": why, "kept": 0, "timed": 0,
+                      "families_remeasured": []},
+            # families of the second dtype that took the first's decisions
+            "sister": {"kept": 0, "timed": 0, "families": [], "families_remeasured": []}}
+
+
+def _import_sageattention(report: dict[str, Any], timing: dict[str, float]) -> None:
+    """SageAttention's version and whether it imports (the error, cut short, if not)."""
+    try:
+        from importlib import metadata
+
+        report["sageattention"] = metadata.version("sageattention")
+    except Exception:
+        report["sageattention"] = None
+    try:
+        started = time.perf_counter()
+        import sageattention  # noqa: F401
+
+        report["import"] = "ok"
+        timing["import_sageattention_s"] = round(time.perf_counter() - started, 2)
+    except Exception as exc:
+        report["import"] = f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _plan_progress(tracker: Progress, count: int, dtypes: tuple[str, ...],
+                   head_dims: tuple[int, ...], sweep: tuple[int, ...], quick: bool,
+                   reuse: bool) -> None:
+    """The shapes each family is expected to time, for the progress lines' estimate."""
     for index in range(count):
         for dtype_name in dtypes:
             for d in head_dims:
@@ -449,34 +491,6 @@ def run_selftest(registry: KernelRegistry | None = None, thresholds: Thresholds 
                                 else len(initial_lengths(sweep, apps)) + (0 if quick else 2))
                     tracker.plan(_family_label(dtype_name, d, batch, heads, index, count),
                                  expected)
-    for index in range(count):
-        device = torch.device("cuda", index)
-        major, minor = torch.cuda.get_device_capability(device)
-        arch = (int(major), int(minor))
-        props = torch.cuda.get_device_properties(device)
-        uuid = getattr(props, "uuid", None)
-        gpu: dict[str, Any] = {"index": index, "name": torch.cuda.get_device_name(device),
-                               "arch": f"{major}.{minor}", "uuid": str(uuid) if uuid else None,
-                               "keys": []}
-        timer = cuda_event_timer(torch, device)
-        gpu_id = gpu_identity(gpu["uuid"], gpu["name"], gpu["arch"], index)
-        earlier = prior.gpus.get(gpu_id) if prior else None
-        shapes = {d: SWEEP_SHAPES.get(d, ((1, 16),))[:1 if quick else None] for d in head_dims}
-        sisters: dict[int, dict[tuple[int, int], tuple[str, str, dict[int, Decision]]]] = {}
-        for dtype_name in dtypes:
-            dtype = getattr(torch, dtype_name)
-            for d in head_dims:
-                key = _test_key(
-                    torch, registry, thresholds, sdpa, timer, device, arch, dtype_name, dtype,
-                    d, sweep, shapes[d], settings, earlier.decisions if earlier else {},
-                    reuse=reuse and not quick, report=report, progress=tracker,
-                    gpu_label=(index, count), sister=sisters.get(d))
-                gpu["keys"].append(key)
-                if not sisters.get(d):
-                    sisters[d] = sister_families(key)
-        report["gpus"].append(gpu)
-    timing["selftest_s"] = round(time.perf_counter() - began, 2)
-    return report
 
 
 def _cpu_registry() -> KernelRegistry:
@@ -539,6 +553,34 @@ def _kept_point(batch: int, heads: int, tokens: int, decision: Decision) -> dict
             "reused": True, "measured_at": decision.measured_at}
 
 
+def _kernel_entry(registry: KernelRegistry, spec: KernelSpec, sdpa: Callable[..., Any],
+                  cases: dict[str, tuple[Any, Any, Any, Any]], torch: Any,
+                  thresholds: Thresholds) -> tuple[dict[str, Any], Callable[..., Any] | None]:
+    """One kernel's report entry on the accuracy suite, and the kernel (None: it failed to
+    load)."""
+    entry: dict[str, Any] = {"name": spec.name, "label": spec.label}
+    try:
+        fn = registry.load(spec)
+    except Exception as exc:
+        entry.update(passed=False, error=f"{type(exc).__name__}: {exc}"[:300])
+        return entry, None
+    suite, worst = kernel_suite(fn, spec, sdpa, cases, torch, thresholds)
+    labels = list(suite)
+    # The stated setting first; the other where only it passes the Gaussian case (the
+    # router's checks try both in the same order).
+    setting = next((label for label in labels if suite[label]["gaussian"]["passed"]),
+                   labels[0])
+    entry["smooth_k"] = spec.smooth_k
+    entry["setting"] = setting
+    entry["normal"] = suite[setting]["gaussian"]
+    entry["outlier"] = suite[setting]["shared_k_offset"]
+    entry["suite"] = suite
+    entry["worst"] = worst
+    # The router decides on the call's own inputs; outliers are reported, not required.
+    entry["passed"] = entry["normal"]["passed"]
+    return entry, fn
+
+
 def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
               sdpa: Callable[..., Any], timer: Any, device: Any,
               arch: tuple[int, int], dtype_name: str, dtype: Any, d: int,
@@ -573,29 +615,9 @@ def _test_key(torch: Any, registry: KernelRegistry, thresholds: Thresholds,
         if chosen is not None and stored_kernel is not None:
             key.setdefault("kernels_not_rechecked", []).append(spec.name)
             continue
-        entry: dict[str, Any] = {"name": spec.name, "label": spec.label}
-        try:
-            fn = registry.load(spec)
-        except Exception as exc:
-            entry.update(passed=False, error=f"{type(exc).__name__}: {exc}"[:300])
-            key["kernels"].append(entry)
-            continue
-        suite, worst = kernel_suite(fn, spec, sdpa, cases, torch, thresholds)
-        labels = list(suite)
-        # The stated setting first; the other where only it passes the Gaussian case (the
-        # router's checks try both in the same order).
-        setting = next((label for label in labels if suite[label]["gaussian"]["passed"]),
-                       labels[0])
-        entry["smooth_k"] = spec.smooth_k
-        entry["setting"] = setting
-        entry["normal"] = suite[setting]["gaussian"]
-        entry["outlier"] = suite[setting]["shared_k_offset"]
-        entry["suite"] = suite
-        entry["worst"] = worst
-        # The router decides on the call's own inputs; outliers are reported, not required.
-        entry["passed"] = entry["normal"]["passed"]
+        entry, fn = _kernel_entry(registry, spec, sdpa, cases, torch, thresholds)
         key["kernels"].append(entry)
-        if entry["passed"] and chosen is None:
+        if entry["passed"] and chosen is None and fn is not None:
             chosen = (spec, fn)
             key["chosen"] = spec.name
     timing = (report or {}).get("timing")
