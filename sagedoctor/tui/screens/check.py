@@ -156,8 +156,8 @@ r        check again          Ctrl+P  command palette
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Tab's label says where it goes: to the details (to scroll a long fix), or back."""
         if action in ("details", "areas"):
-            return (self.focused is self.query_one("#areas", DataTable)) == (
-                action == "details")
+            on_areas = getattr(self.focused, "id", None) == "areas"  # also before mount
+            return on_areas == (action == "details")
         return True
 
     def on_descendant_focus(self) -> None:
