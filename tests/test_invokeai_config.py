@@ -26,6 +26,7 @@ from sagedoctor.apps.invokeai import (
     apply_settings,
     edited_text,
     invokeai_processes,
+    running_processes,
     undo_edit,
 )
 from tests.standins import INVOKEAI_CONFIG_OLD, add_dist, add_invokeai, make_venv, venv_python
@@ -153,6 +154,49 @@ def test_process_matching_is_about_this_venv_or_root(tmp_path: Path) -> None:
         ProcessInfo(5, (sys.executable, "/home/u/notes/invokeai-tips.txt"), sys.executable),
     ]
     assert [p.pid for p in invokeai_processes(procs, venv, root)] == [1, 4]
+
+
+def test_relative_arguments_mean_the_process_folder_not_the_askers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The auto-repair asks from <venv>/sagedoctor: `python invokeai-web` run in another
+    folder was once taken for this venv's InvokeAI, and the repair refused (SD196)."""
+    root = tmp_path / "root"
+    venv = root / ".venv"
+    (venv / "sagedoctor").mkdir(parents=True)
+    monkeypatch.chdir(venv / "sagedoctor")
+    elsewhere = str(tmp_path / "another install")
+    procs = [
+        ProcessInfo(1, ("/usr/bin/python3", "invokeai-web"), "/usr/bin/python3", elsewhere),
+        ProcessInfo(2, ("python", "bin/invokeai-web"), "/usr/bin/python3", None),  # unknown
+        ProcessInfo(3, ("python", "-m", "invokeai.app.run_app", "--root", "."),
+                    "/usr/bin/python3", elsewhere),
+        # these are this venv's, relative to their own folders
+        ProcessInfo(4, ("/usr/bin/python3", "./invokeai-web"), "/usr/bin/python3",
+                    str(venv / "bin")),
+        ProcessInfo(5, ("invokeai-web", "--root", "."), "/opt/x/python", str(root)),
+        ProcessInfo(6, ("invokeai-web", "--root", "root"), "/opt/x/python", str(tmp_path)),
+    ]
+    assert [p.pid for p in invokeai_processes(procs, venv, root)] == [4, 5, 6]
+
+
+def test_a_sagedoctor_command_naming_invokeai_is_no_invokeai(tmp_path: Path) -> None:
+    root = tmp_path / "invokeai"  # the launcher's default root name
+    venv = root / ".venv"
+    procs = [
+        ProcessInfo(1, (sys.executable, "-m", "sagedoctor", "install", "invokeai", "--root",
+                        str(root)), sys.executable),
+        ProcessInfo(2, (sys.executable, str(tmp_path / "tool" / "bin" / "sagedoctor"),
+                        "tui", "--venv", str(venv), "--root", str(root)), sys.executable),
+        ProcessInfo(3, ("/home/u/.local/bin/sagedoctor", "check", "invokeai", "--root",
+                        str(root)), None),
+        ProcessInfo(4, (str(venv / "bin" / "python"), "-m", "invokeai.app.run_app"), None),
+    ]
+    assert [p.pid for p in invokeai_processes(procs, venv, root)] == [4]
+
+
+def test_the_asking_process_is_not_in_the_list() -> None:
+    pids = {p.pid for p in running_processes()}
+    assert os.getpid() not in pids and os.getppid() in pids
 
 
 def test_missing_file_is_created_and_undo_removes_it(tmp_path: Path) -> None:

@@ -271,11 +271,29 @@ def test_what_cannot_be_repaired_turns_routing_off_and_says_why(app: App) -> Non
     assert not armed
 
 
-def test_auto_repair_starts_post_update_once_and_it_removes_its_marker(app: App) -> None:
+@pytest.fixture
+def bystander(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Another install's InvokeAI, started by a relative path from its own folder (as
+    `python invokeai-web` there, or `sagedoctor check invokeai` would be): no business of the
+    repair, whose own folder is in the venv (a parallel test run once had one like it)."""
+    elsewhere = tmp_path / "another install"
+    elsewhere.mkdir()
+    (elsewhere / "invokeai-web").write_text("import time\ntime.sleep(600)\n", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "invokeai-web"], cwd=elsewhere)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_auto_repair_starts_post_update_once_and_it_removes_its_marker(
+        app: App, bystander: subprocess.Popen[bytes]) -> None:
     verify_and_enable(app)
     launcher_upgrade(app)
     marker = app.root / ".venv" / "sagedoctor" / "auto-repair.started"
     log = marker.with_name("auto-repair.log")
+    assert bystander.poll() is None  # running all along
     with serving() as site:
         site.routes["/SageAttention.tar.gz"] = source_archive(app.root)
         url = site.url("/SageAttention.tar.gz")
@@ -287,7 +305,8 @@ def test_auto_repair_starts_post_update_once_and_it_removes_its_marker(app: App)
         while marker.exists() and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not marker.exists(), log.read_text() if log.exists() else "no log"
-        assert site.requests == ["/SageAttention.tar.gz"]  # one repair, not two
+        assert site.requests == ["/SageAttention.tar.gz"], log.read_text()  # one repair
+    assert bystander.poll() is None
     text = log.read_text(encoding="utf-8")
     assert "verifying again" in text and "repaired and verified" in text, text
     armed, lines = run_app(app)

@@ -134,7 +134,9 @@ def test_a_running_invokeai_web_is_found_and_refused(
     with pytest.raises(PreflightRefused) as info:
         run_preflight(plan, tmp_path / "work", tmp_path / "state")
     assert "SD196" in info.value.message and str(proc.pid) in info.value.message
-    assert info.value.exit_status == 1 and "Nothing was changed" in info.value.fix
+    assert info.value.exit_status == 1
+    assert info.value.fix == ("SD196: Stop InvokeAI, then run the install again. "
+                              "Nothing was changed.")
     # a plan that only verifies touches nothing: no refusal for that
     verify_only = _plan(Step("verify", "Verify", "why"), prefix=str(venv))
     assert gather_state(verify_only, tmp_path / "work", tmp_path / "state",

@@ -352,6 +352,29 @@ async def test_every_screen_lists_its_keys_in_the_footer_at_80x24() -> None:
         assert "esc Back" in footers["verify"] and "esc Back" in footers["actions"]
 
 
+async def test_the_check_footer_names_tab_and_where_it_goes_at_80x24() -> None:
+    app = SagedoctorApp(TuiOptions(facts_file=SAGE1))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        footer = screen_text(app).splitlines()[-1]
+        assert footer.startswith(" tab Details ") and footer.rstrip().endswith("q Quit"), footer
+        assert app.focused is screen.query_one("#areas")
+        await pilot.press("tab")  # to the details pane, where Up/Down scroll a long fix
+        await settle(pilot)
+        assert app.focused is screen.query_one("#details")
+        footer = screen_text(app).splitlines()[-1]
+        assert footer.startswith(" tab Areas ") and footer.rstrip().endswith("q Quit"), footer
+        assert "Details" not in footer
+        await pilot.press("tab")
+        await settle(pilot)
+        assert app.focused is screen.query_one("#areas")
+        assert screen_text(app).splitlines()[-1].startswith(" tab Details ")
+        await pilot.press("question_mark")
+        await settle(pilot)
+        assert "Tab      to the details" in screen_text(app)
+
+
 def _colours(svg: str) -> set[str]:
     # c5c8c6 is rich's default SVG foreground, not a colour of the app
     return {c.lower() for c in re.findall(r"fill: ?(#[0-9a-fA-F]{6})", svg)} - {"#c5c8c6"}

@@ -30,7 +30,7 @@ from sagedoctor.tui.screens.confirm import ConfirmScreen
 from sagedoctor.tui.screens.install import InstallScreen
 from sagedoctor.tui.screens.verify import VerifyScreen
 from sagedoctor.tui.session import TuiOptions
-from tests.standins import add_dist
+from tests.standins import H200, add_dist, add_torch, make_venv, venv_python
 from tests.test_install_kit import SAGE_GOOD, fake_source, settings_for, torch_venv, tree_hashes
 from tests.tui_support import settle
 
@@ -229,6 +229,36 @@ async def test_cancel_during_the_download_leaves_the_venv_unchanged(
         assert screen.check_action("leave", ())  # Esc now leaves, as b does
         await pilot.press("b")
         assert app.screen is not screen
+
+
+async def test_after_a_cancel_torch_is_named_as_its_version_py_declares_it(
+        https_server: tuple[str, Served], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyPI's CUDA torch says 2.11.0 in its dist-info and 2.11.0+cu130 in torch/version.py
+    (H200's, recorded); check shows the latter, and so does the install screen."""
+    for name in ("XDG_CACHE_HOME", "XDG_STATE_HOME"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    root = tmp_path / "cuda venv"
+    site = make_venv(root)
+    add_torch(site, (H200 / "torch-version.py").read_text(encoding="utf-8"), "2.11.0")
+    add_dist(site, "sageattention", "1.0.6", {"sageattention/__init__.py": ""})
+    url, served = https_server
+    plan = the_plan(venv_python(root), url, hashlib.sha256(served.payload).hexdigest())
+    app = SagedoctorApp(TuiOptions(facts_file=PROFILE, log_dir=tmp_path / "logs"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _open_install(pilot, app, plan)
+        deadline = time.monotonic() + 30
+        while not served.started.is_set() and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        await pilot.press("escape")
+        served.gate.set()
+        deadline = time.monotonic() + 60
+        while screen.state == "cancelling" and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        await settle(pilot)
+        state = str(screen.query_one("#install-state", Static).render())
+        assert screen.state == "cancelled", state
+        assert "(sageattention 1.0.6, torch 2.11.0+cu130);" in state, state
 
 
 async def test_download_bar_reaches_the_wheels_size_and_shows_the_rate(

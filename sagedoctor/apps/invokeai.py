@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
+from itertools import pairwise
 from pathlib import Path
 
 from ..errors import SagedoctorError
@@ -81,6 +82,7 @@ class ProcessInfo:
     pid: int
     argv: tuple[str, ...]
     exe: str | None
+    cwd: str | None = None  # the process's own folder: what its relative arguments mean
 
 
 def _inside(path: str, folder: Path) -> bool:
@@ -92,41 +94,70 @@ def _inside(path: str, folder: Path) -> bool:
         return False
 
 
+def _located(arg: str, cwd: str | None, program: bool = False) -> str | None:
+    """Where an argument names a file, as an absolute path; None where that is unknowable.
+
+    A relative path means the process's own folder, never the asking one's (the auto-repair
+    asks from inside the venv, which made `python invokeai-web` anywhere "from the venv"). A
+    bare program name (argv[0]) is no path at all: the shell found it on PATH."""
+    if os.path.isabs(arg):
+        return arg
+    if cwd is None or not os.path.isabs(cwd) or (program and Path(arg).name == arg):
+        return None
+    return os.path.join(cwd, arg)
+
+
+def _is_sagedoctor(argv: tuple[str, ...]) -> bool:
+    """`sagedoctor check invokeai --root ~/invokeai` names InvokeAI and is none."""
+    stems = {Path(a).name.lower().removesuffix(".exe").removesuffix("-script.py")
+             for a in argv[:2]}
+    module = any(a == "-m" and b.split(".")[0] == "sagedoctor" for a, b in pairwise(argv))
+    return module or "sagedoctor" in stems
+
+
 def invokeai_processes(processes: Iterable[ProcessInfo], venv: Path,
                        root: Path) -> list[ProcessInfo]:
     """Processes running the InvokeAI of this venv or root. Pure over the records given.
 
     `invokeai-web` from the venv (as the launcher starts it, or run by the venv's python),
-    or any InvokeAI started with `--root` this root."""
+    or any InvokeAI started with `--root` this root; no sagedoctor command."""
     out = []
     for proc in processes:
+        if _is_sagedoctor(proc.argv):
+            continue
         names = [Path(a).name.lower() for a in proc.argv]
         runs_invokeai = any(n.startswith("invokeai") for n in names) or any(
             "invokeai" in a for a in proc.argv if a.startswith("invokeai."))
         if not runs_invokeai:
             continue
-        from_venv = (proc.exe is not None and _inside(proc.exe, venv)) or any(
-            _inside(a, venv) for a in proc.argv if Path(a).name.lower().startswith(
-                ("invokeai", "python")))
+        paths = [where for i, a in enumerate(proc.argv) if Path(a).name.lower().startswith(
+            ("invokeai", "python")) and (where := _located(a, proc.cwd, i == 0)) is not None]
+        exe = _located(proc.exe, None) if proc.exe is not None else None
+        from_venv = any(_inside(p, venv) for p in ([exe] if exe else []) + paths)
         argv = list(proc.argv)
-        with_root = any(a == "--root" and i + 1 < len(argv) and _inside(argv[i + 1], root)
-                        and _inside(str(root), Path(argv[i + 1]))
-                        for i, a in enumerate(argv))
+        roots = [_located(argv[i + 1], proc.cwd) for i, a in enumerate(argv[:-1])
+                 if a == "--root"]
+        with_root = any(r is not None and _inside(r, root) and _inside(str(root), Path(r))
+                        for r in roots)
         if from_venv or with_root:
             out.append(proc)
     return out
 
 
 def running_processes() -> list[ProcessInfo]:
-    """Every process psutil may read; others (another user's) are skipped."""
+    """Every process psutil may read but this one (an install run from a pytest or a shell
+    named after InvokeAI is no InvokeAI); others (another user's) are skipped."""
     import psutil
 
     out = []
-    for proc in psutil.process_iter(["pid", "cmdline", "exe"]):
+    own = os.getpid()
+    for proc in psutil.process_iter(["pid", "cmdline", "exe", "cwd"]):
         info = proc.info
+        if info["pid"] == own:
+            continue
         argv = info.get("cmdline") or []
         out.append(ProcessInfo(int(info["pid"]), tuple(str(a) for a in argv),
-                               info.get("exe") or None))
+                               info.get("exe") or None, info.get("cwd") or None))
     return out
 
 

@@ -485,7 +485,9 @@ class Executor:
         return path
 
     def _build(self, settings: BuildSettings) -> Path:
-        torch = (self.target["dists"].get("torch") or [{}])[0].get("version", "none")
+        torch_dist = (self.target["dists"].get("torch") or [{}])[0]
+        torch = torch_dist.get("version", "none")  # the cache key's, as it always was
+        shown = torch_dist.get("declared") or torch  # as check shows it: 2.11.0+cu130
         python_tag = "cp" + self.target["python"].replace(".", "")
         url = self.source_url or settings.source
 
@@ -509,7 +511,7 @@ class Executor:
                 built_from = (settings.commit[:7] if settings.commit is not None
                               else f"{settings.source} (its files unchanged)")
                 self.say(f"{hit.name}: built before from {built_from} for torch "
-                         f"{torch}, {python_tag}, {settings.label} (from the cache)")
+                         f"{shown}, {python_tag}, {settings.label} (from the cache)")
                 return hit
         source = Path(settings.source)
         if settings.commit is not None:  # the pinned archive (or a local copy of it)

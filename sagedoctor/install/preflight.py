@@ -43,7 +43,7 @@ class PreflightRefused(SagedoctorError):
         lines = "; ".join(f"{f.code} {f.title}: {f.detail}" for f in findings)
         fixes = "; ".join(f"{f.code}: {f.fix}" for f in findings if f.fix)
         super().__init__(f"refused before any download or build: {lines}",
-                         f"{fixes}. Nothing was changed.")
+                         f"{fixes.rstrip('.')}. Nothing was changed.")
         self.findings = findings
 
 

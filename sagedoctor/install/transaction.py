@@ -43,8 +43,23 @@ from .runner import InstallError
 LIGHT = frozenset({"torch"})  # checked by version and RECORD digest, never copied
 
 _STATE_SCRIPT = with_answer_function(r"""
-import csv, importlib.metadata as m, json, os, re, sys, sysconfig
+import csv, importlib.metadata as m, json, os, re, stat, sys, sysconfig
 names = set(json.loads(sys.argv[1]))
+def declared(d):
+    # torch/version.py's __version__ ('2.11.0+cu130', what check shows): PyPI's CUDA build
+    # says 2.11.0 in its dist-info. A regular file of sane size only (no FIFO to block on).
+    try:
+        path = str(d.locate_file("torch/version.py"))
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > 65536:
+            return None
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, ValueError):
+        return None
+    found = re.search(r"^__version__\s*(?::\s*str\s*)?=\s*['\"]([0-9][0-9A-Za-z.+_-]{0,63})"
+                      r"['\"]", text, re.M)
+    return found.group(1) if found else None
 paths = sysconfig.get_paths()
 out = {"python": "%d.%d" % sys.version_info[:2], "purelib": paths["purelib"],
        "scripts": paths["scripts"], "dists": {}, "all": {}}
@@ -59,7 +74,8 @@ for d in m.distributions():
     rows = [r for r in csv.reader((d.read_text("RECORD") or "").splitlines()) if r and r[0]]
     files = [os.path.normpath(os.path.abspath(str(d.locate_file(r[0])))) for r in rows]
     out["dists"].setdefault(key, []).append({"version": d.version, "files": files,
-        "dist_info": os.path.normpath(os.path.abspath(str(getattr(d, "_path", ""))))})
+        "dist_info": os.path.normpath(os.path.abspath(str(getattr(d, "_path", "")))),
+        "declared": declared(d) if key == "torch" else None})
 _answer(out)
 """)
 
@@ -97,9 +113,11 @@ def take_snapshot(python: Path, names: Iterable[str]) -> dict[str, Any]:
         for entry in entries:
             files = [str(Path(entry["dist_info"]) / "RECORD")] if name in LIGHT \
                 else entry["files"]
+            declared = entry.get("declared")
             dists.setdefault(name, []).append({
                 "version": entry["version"], "dist_info": entry["dist_info"],
-                "files": {f: _hash(f) for f in files}})
+                "files": {f: _hash(f) for f in files},
+                **({"declared": declared} if isinstance(declared, str) else {})})
     return {"python": state["python"], "purelib": state["purelib"],
             "scripts": state["scripts"], "dists": dists,
             "all": {str(k): str(v) for k, v in (state.get("all") or {}).items()}}
@@ -134,10 +152,12 @@ def files_match(snapshot: dict[str, Any]) -> str:
 
 
 def describe(snapshot: dict[str, Any]) -> str:
+    """'sageattention 1.0.6, torch 2.11.0+cu130': torch as its version.py declares it (as
+    check shows it), where its dist-info lacks the local tag."""
     parts = []
     for name in sorted(snapshot["dists"]):
         for entry in snapshot["dists"][name]:
-            parts.append(f"{name} {entry['version']}")
+            parts.append(f"{name} {entry.get('declared') or entry['version']}")
     return ", ".join(parts) or "none of them installed"
 
 

@@ -34,17 +34,20 @@ Check: every area of this machine and its venv, checked at once.
 A row fills in when its probes finish:
   ✓ fine   • note   ! warning   ✗ problem   … still checking
 Up/Down  select an area; its details and fix show below
+Tab      to the details, to scroll a long fix (Tab: back)
 c        copy the selected area's fix to the clipboard
 p        the install plan     v  verify on the GPU
 a        actions (InvokeAI, hook, logs, report)
-r        check again
+r        check again          Ctrl+P  command palette
 """
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("tab", "details", "Details"),
+        Binding("tab", "areas", "Areas"),
         Binding("c", "copy_fix", "Copy fix"),
         Binding("p", "plan", "Plan"),
         Binding("v", "verify", "Verify"),
         Binding("a", "actions", "Actions"),
-        Binding("r", "recheck", "Re-check"),
+        Binding("r", "recheck", "Rerun"),
     ]
 
     def __init__(self) -> None:
@@ -64,7 +67,8 @@ r        check again
         with VerticalScroll(id="details"):
             yield Static("", id="detail-text", markup=False)
         yield Static("", id="check-summary", markup=False)
-        yield Footer()
+        # At 80 columns the keys fill the footer: Ctrl+P's palette is named in the help.
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         table = self.query_one("#areas", DataTable)
@@ -148,6 +152,22 @@ r        check again
             text += "\n" + printable(f"error {exc.code}: {exc.message}"
                                      + (f"\nfix: {exc.fix}" if exc.fix else ""))
         self.query_one("#detail-text", Static).update(text)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Tab's label says where it goes: to the details (to scroll a long fix), or back."""
+        if action in ("details", "areas"):
+            on_areas = getattr(self.focused, "id", None) == "areas"  # also before mount
+            return on_areas == (action == "details")
+        return True
+
+    def on_descendant_focus(self) -> None:
+        self.refresh_bindings()
+
+    def action_details(self) -> None:
+        self.query_one("#details", VerticalScroll).focus()
+
+    def action_areas(self) -> None:
+        self.query_one("#areas", DataTable).focus()
 
     def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
         self._show_details()
