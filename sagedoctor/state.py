@@ -46,9 +46,9 @@ HOOK_FILE = names.HOOK_FILE  # the start-up hook `sagedoctor enable` writes
 
 
 def state_dir() -> Path:
-    from platformdirs import user_state_dir
+    from .settings import app_folder
 
-    root = Path(user_state_dir("sagedoctor", appauthor=False))
+    root = app_folder("state")
     _refuse_unusable_state_root(root)
     return root
 

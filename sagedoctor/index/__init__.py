@@ -528,9 +528,9 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
 
 
 def user_index_path() -> Path:
-    from platformdirs import user_config_dir
+    from ..settings import app_folder
 
-    return Path(user_config_dir("sagedoctor", appauthor=False)) / "wheels_index.toml"
+    return app_folder("config") / "wheels_index.toml"
 
 
 def load_index(path: Path | None = None) -> WheelIndex:

@@ -27,9 +27,9 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-]{0,250}")
 
 
 def default_cache_dir() -> Path:
-    from platformdirs import user_cache_dir
+    from ..settings import app_folder
 
-    return Path(user_cache_dir("sagedoctor", appauthor=False))
+    return app_folder("cache")
 
 
 def safe_file_name(name: str, where: str) -> str:

@@ -51,6 +51,6 @@ class RunLog:
 
 def default_log_dir() -> Path:
     """Where install and uninstall write their run logs (the user's log folder)."""
-    from platformdirs import user_log_dir
+    from ..settings import app_folder
 
-    return Path(user_log_dir("sagedoctor", appauthor=False))
+    return app_folder("log")
