@@ -52,6 +52,18 @@ def borrow_host_site(site: Path) -> None:
     (site / "zz-borrowed-from-tests.pth").write_text(f"{farm}\n", encoding="utf-8")
 
 
+def run_at_start_up(site: Path, code: str) -> Path:
+    """Code the venv's interpreter runs at every start, as a sitecustomize.py would; returns
+    the module. A module imported by a .pth line, not a sitecustomize.py: Debian's and
+    Ubuntu's Python have their own in the standard library, which comes first on sys.path,
+    so one in the venv never runs there (a test waiting for it timed out; others proved
+    nothing)."""
+    module = site / "zz_test_start_up.py"
+    module.write_text(code, encoding="utf-8")
+    (site / "zz-test-start-up.pth").write_text("import zz_test_start_up\n", encoding="utf-8")
+    return module
+
+
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 

@@ -24,6 +24,7 @@ from sagedoctor.install.execute import Executor, installed_distributions
 from sagedoctor.install.runner import Installer, InstallError
 from sagedoctor.plan import Step, WheelDownload
 from sagedoctor.state import read_install_record as read_record
+from tests.standins import run_at_start_up
 from tests.test_install_kit import (
     FAKE_SETUP,
     SAGE_GARBAGE,
@@ -444,8 +445,7 @@ def test_a_venv_that_prints_at_start_up_is_installed_into_or_refused_with_the_re
     either the install completes, or it stops at uv's first call, says why and changes nothing:
     never a half-changed venv, never an unexplained error."""
     python, packages = venv
-    sitecustomize = packages / "sitecustomize.py"
-    sitecustomize.write_text("print('hello from sitecustomize')\n", encoding="utf-8")
+    sitecustomize = run_at_start_up(packages, "print('hello from sitecustomize')\n")
     before = tree_hashes(packages)
     try:
         _executor, out = run(python, tmp_path, wheel_step(site, sage_wheel(tmp_path / "w")))

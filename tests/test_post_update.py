@@ -31,6 +31,7 @@ from tests.standins import (
     fake_nvidia_smi,
     make_venv,
     put_non_file,
+    run_at_start_up,
     run_cli,
 )
 from tests.test_install_kit import SAGE_GOOD, make_wheel, serving
@@ -221,10 +222,9 @@ def _record(app: App) -> dict:
 
 def test_unchanged_exits_at_once_without_starting_the_target(app: App) -> None:
     verify_and_enable(app)
-    # Were the target started, it would leave this file behind (sitecustomize runs at start).
+    # Were the target started, it would leave this file behind (run at every start).
     witness = app.root / "started.txt"
-    (app.site / "sitecustomize.py").write_text(
-        f"open({str(witness)!r}, 'a').write('started\\n')\n", encoding="utf-8")
+    run_at_start_up(app.site, f"open({str(witness)!r}, 'a').write('started\\n')\n")
     began = time.monotonic()
     done = run_cli(["post-update", "--venv", str(app.root / ".venv")], app.env)
     elapsed = time.monotonic() - began
@@ -468,10 +468,10 @@ def test_auto_repair_starts_from_any_folder_and_a_failed_start_may_retry(
 def test_verify_reads_its_report_past_what_the_venv_prints_at_exit(app: App) -> None:
     """Issue 34 ("Also"): an atexit print in the target's sitecustomize made verify fail with
     SD920 "printed no JSON report": the report is framed, as check's probe answer is."""
-    (app.site / "sitecustomize.py").write_text(
-        "import atexit, sys\n"
-        "print('banner from sitecustomize')\n"
-        "atexit.register(lambda: print('goodbye from an atexit hook'))\n", encoding="utf-8")
+    run_at_start_up(app.site,
+                    "import atexit, sys\n"
+                    "print('banner from sitecustomize')\n"
+                    "atexit.register(lambda: print('goodbye from an atexit hook'))\n")
     done = run_cli(["verify", "--python", str(app.python), "--quick"], app.env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SD920" not in done.stderr and "sageattn_cpu" in done.stdout

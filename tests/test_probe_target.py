@@ -15,6 +15,7 @@ from tests.standins import (
     add_sageattention,
     add_torch,
     make_venv,
+    run_at_start_up,
     venv_python,
 )
 
@@ -80,7 +81,7 @@ def test_a_sitecustomize_that_prints_does_not_stop_the_probe(tmp_path: Path) -> 
     venv = tmp_path / "noisy venv é"
     site = make_venv(venv)
     add_torch(site, (H200 / "torch-version.py").read_text(encoding="utf-8"))
-    (site / "sitecustomize.py").write_text(NOISY_SITECUSTOMIZE, encoding="utf-8")
+    run_at_start_up(site, NOISY_SITECUSTOMIZE)
     (site / "zz-noise.pth").write_text("import sys; print('a .pth line prints too')\n",
                                        encoding="utf-8")
 
@@ -97,7 +98,7 @@ def test_the_install_steps_read_a_noisy_venv_too(tmp_path: Path) -> None:
     venv = tmp_path / "noisy"
     site = make_venv(venv)
     add_dist(site, "triton", "3.2.0")
-    (site / "sitecustomize.py").write_text(NOISY_SITECUSTOMIZE, encoding="utf-8")
+    run_at_start_up(site, NOISY_SITECUSTOMIZE)
 
     assert installed_distributions(venv_python(venv))["triton"] == "3.2.0"
     state = target_state(venv_python(venv), ["triton"])

@@ -269,14 +269,14 @@ def test_ctrl_c_or_sigterm_in_the_smoke_check_says_why_and_exits_130(
 
 def test_ctrl_c_in_the_verify_after_the_commit_says_the_install_stays(tmp_path: Path) -> None:
     """D13: Ctrl+C in the verify that follows a committed install said only "interrupted"."""
-    from tests.standins import make_venv
+    from tests.standins import make_venv, run_at_start_up
 
     root = tmp_path / "venv ü"
     site = make_venv(root)
     started = tmp_path / "verify started"
-    (site / "sitecustomize.py").write_text(  # the target hangs at start-up: verify waits
-        f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(300)\n",
-        encoding="utf-8")
+    run_at_start_up(site,  # the target hangs at start-up: verify waits
+                    f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\n"
+                    "time.sleep(300)\n")
     code = ("import sys\nfrom pathlib import Path\n"
             "from sagedoctor.commands.install import verify_after_commit\n"
             "sys.exit(verify_after_commit(Path(sys.argv[1]), Path(sys.argv[2]), True, False, "
