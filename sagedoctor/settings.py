@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Literal
 
 from .errors import SettingError
 
@@ -53,15 +51,3 @@ def check_settings(env: Mapping[str, str]) -> None:
 
     HostRoots.from_env(env)
 
-
-AppFolder = Literal["cache", "log", "state", "config"]
-
-
-def app_folder(kind: AppFolder) -> Path:
-    """sagedoctor's own folder of this kind for this user, as platformdirs names it on this OS
-    (XDG_* on Linux, %LOCALAPPDATA% on Windows): the one place they are named."""
-    import platformdirs  # here: only commands that touch a folder pay for it
-
-    where = {"cache": platformdirs.user_cache_dir, "log": platformdirs.user_log_dir,
-             "state": platformdirs.user_state_dir, "config": platformdirs.user_config_dir}[kind]
-    return Path(where("sagedoctor", appauthor=False))

@@ -46,7 +46,7 @@ HOOK_FILE = names.HOOK_FILE  # the start-up hook `sagedoctor enable` writes
 
 
 def state_dir() -> Path:
-    from .settings import app_folder
+    from .folders import app_folder
 
     root = app_folder("state")
     _refuse_unusable_state_root(root)

@@ -1,4 +1,4 @@
-"""sagedoctor's own folders (cache, log, state, config) are named in one place, settings.app_folder,
+"""sagedoctor's own folders (cache, log, state, config) are named in one place, folders.app_folder,
 and every user of them asks it: on Linux each follows its XDG_* variable."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from sagedoctor.folders import app_folder
 from sagedoctor.index import user_index_path
 from sagedoctor.install.cache import default_cache_dir
 from sagedoctor.install.runlog import default_log_dir
-from sagedoctor.settings import app_folder
 from sagedoctor.state import state_dir
 
 

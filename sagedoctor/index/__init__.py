@@ -528,7 +528,7 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
 
 
 def user_index_path() -> Path:
-    from ..settings import app_folder
+    from ..folders import app_folder
 
     return app_folder("config") / "wheels_index.toml"
 

@@ -27,7 +27,7 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-]{0,250}")
 
 
 def default_cache_dir() -> Path:
-    from ..settings import app_folder
+    from ..folders import app_folder
 
     return app_folder("cache")
 

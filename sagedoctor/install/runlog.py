@@ -51,6 +51,6 @@ class RunLog:
 
 def default_log_dir() -> Path:
     """Where install and uninstall write their run logs (the user's log folder)."""
-    from ..settings import app_folder
+    from ..folders import app_folder
 
     return app_folder("log")
