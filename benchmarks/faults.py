@@ -50,6 +50,7 @@ from sagedoctor.errors import SagedoctorError  # noqa: E402
 from sagedoctor.install.execute import Executor  # noqa: E402
 from sagedoctor.install.runner import Installer  # noqa: E402
 from sagedoctor.plan import Step  # noqa: E402
+from tests.standins import run_at_start_up  # noqa: E402
 from tests.test_install_kit import (  # noqa: E402
     SAGE_GARBAGE,
     Site,
@@ -269,8 +270,8 @@ def truncated_archive(venv: Venv, folder: Path) -> None:
 def sitecustomize_noise(venv: Venv, folder: Path) -> None:
     """The venv prints at start-up and at exit: check reads it all the same; uv cannot query
     such an interpreter, so the install stops at its first uv call, saying why, unchanged."""
-    noise = venv.site / "sitecustomize.py"
-    noise.write_text(NOISY_SITECUSTOMIZE, encoding="utf-8")
+    # (as a .pth-imported module: Debian's Python never runs a venv's own sitecustomize.py)
+    noise = run_at_start_up(venv.site, NOISY_SITECUSTOMIZE)
     try:
         report = json.loads(_cli(["check", "--json", "python", "--venv",
                                   str(venv.python.parent.parent)]).stdout)
@@ -284,6 +285,7 @@ def sitecustomize_noise(venv: Venv, folder: Path) -> None:
             raise
     finally:
         noise.unlink()
+        (venv.site / "zz-test-start-up.pth").unlink()
 
 
 def _fill(folder: Path) -> None:
