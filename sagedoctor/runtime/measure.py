@@ -26,7 +26,9 @@ alone, timed after their first 80 ms), which decides against the margin with the
 sequential rule. Off the GPU the short stage decides against the margin itself.
 
 The decision: route when the interval's lower bound is at least the margin (1.03), keep SDPA
-when its upper bound is below it; still straddling at the stage's bound, SDPA is kept. A shape
+when its upper bound is below it; still straddling at the stage's bound, the estimate decides:
+the kernel when the speed-up itself is at least the margin, else SDPA (for a shape without an
+earlier decision; the margin is what a straddling estimate must clear). A shape
 routed by an earlier run of the same build on the same GPU stays routed unless the kernel is
 now measurably slower (upper bound below 1), and one kept on SDPA needs the margin twice over
 (1.06): hysteresis, so that a shape at the line does not flip between runs.
@@ -147,6 +149,22 @@ def decide(low: float, high: float, margin: float, prior: bool | None = None) ->
     if high < margin:
         return "sdpa"
     return "undecided"
+
+
+def decide_at_bound(low: float, mid: float, high: float, margin: float,
+                    prior: bool | None = None) -> str:
+    """decide() for the interval a stage ended with. One still straddling the margin is
+    settled by the estimate: the kernel when the speed-up itself is at least the margin, SDPA
+    ('undecided') otherwise. Keeping SDPA on every straddle made a shape a few percent above
+    the margin flip from run to run, as whether 2 or 4 rounds cleared it was chance (on an
+    H100, FLUX 1536's 9728 tokens at 1.05-1.07x sustained: SDPA in 2 verifies, the kernel in
+    the third); the estimate moved 1-2% between those runs. (Asking also for a lower bound of
+    at least 1 flipped as often: 4 rounds' spread is itself noisy.) A shape decided before
+    keeps that decision on a straddle: the hysteresis already holds it still."""
+    decision = decide(low, high, margin, prior)
+    if decision != "undecided" or prior is not None:
+        return decision
+    return "kernel" if mid >= margin else "undecided"
 
 
 def _settles(low: float, high: float, margin: float, prior: bool | None) -> bool:
@@ -319,7 +337,7 @@ def measure_pair(kernel: Callable[[], Any], sdpa: Callable[[], Any], timer: Time
         decision = ("kernel" if low >= win_at else "sdpa" if high < band_low
                     else "sdpa" if prior is not True else "kernel")
     else:
-        decision = decide(low, high, settings.margin, prior)
+        decision = decide_at_bound(low, mid, high, settings.margin, prior)
     return SpeedResult(speedup=mid, low=low, high=high, kernel_s=kernel_s, sdpa_s=sdpa_s,
                        rounds=len(short.ratios), margin=settings.margin, settled=settled,
                        prior=prior, decision=decision, spent_s=clock() - started,
@@ -354,7 +372,7 @@ def _sustained(kernel: Callable[[], Any], sdpa: Callable[[], Any], timer: Timer,
                        kernel_s=statistics.median(rounds.kernel_t),
                        sdpa_s=statistics.median(rounds.sdpa_t), rounds=len(rounds.ratios),
                        margin=settings.margin, settled=settled, prior=prior, short=short,
-                       decision=decide(low, high, settings.margin, prior),
+                       decision=decide_at_bound(low, mid, high, settings.margin, prior),
                        spent_s=clock() - started, stopped=rounds.stopped)
 
 
