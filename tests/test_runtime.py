@@ -240,6 +240,44 @@ def test_a_signature_seen_before_is_decided_again_where_call_state_or_settings_d
     assert stats["sdpa"] == {"grad": 1, "slower": 1, "short": 1, "head_dim": 1}
 
 
+class _Plain(torch.Tensor):  # type: ignore[misc,name-defined]
+    """A tensor subclass with nothing of its own: the router leaves subclasses to SDPA."""
+
+
+def test_the_hot_path_memo_keeps_calls_on_sdpa_and_never_routes_a_call_it_would_not() -> None:
+    """The hot path remembers what a call's query and key alone decide (its shapes, dtype,
+    device, causality). A later call that matches there but differs elsewhere (a value of
+    another head size, a subclass) is decided by its whole signature wherever it could route."""
+    from sagedoctor.runtime.decisions import Calibration, Decision, shape_key
+
+    calls = Calls()
+    stored = Calibration()
+    stored.put("cpu", shape_key("bfloat16", 64, 2, 256, 256, False),
+               Decision(True, "good", 1.2, 1.1, 1.3, 10, "verify"))
+    stored.put("cpu", shape_key("bfloat16", 64, 2, 512, 512, False),
+               Decision(False, "good", 0.8, 0.7, 0.9, 10, "verify"))
+    router = router_with(spec("good", math_attention, calls), calibrated=False,
+                         calibration=stored)
+    q, k, v = qkv(s=256)
+    slow = qkv(s=512)
+    short = qkv(s=64)
+    with sage_scope(router):
+        F.scaled_dot_product_attention(q, k, v)  # routed: the memo holds its shape key
+        F.scaled_dot_product_attention(q, k, v[..., :32])  # same query and key: "head_dim"
+        subclassed = [t.as_subclass(_Plain) for t in (q, k, v)]
+        got = F.scaled_dot_product_attention(*subclassed)  # same shapes: "subclass"
+        for _ in range(3):
+            F.scaled_dot_product_attention(*slow)  # memo: kept on SDPA by its stored decision
+            F.scaled_dot_product_attention(*short)  # memo: short
+        F.scaled_dot_product_attention(q, k, v)  # still routed
+    stats = router.stats()
+    assert stats["routed"] == {"good": 2}
+    assert stats["sdpa"] == {"head_dim": 1, "subclass": 1, "slower": 3, "short": 3}
+    assert calls.n == 3  # one first-call check, two routed calls
+    torch.testing.assert_close(got.as_subclass(torch.Tensor),
+                               F.scaled_dot_product_attention(q, k, v))
+
+
 class _ListShaped(torch.Tensor):  # type: ignore[misc,name-defined]
     """A subclass whose .shape is a list (unhashable), as some wrapper subclasses do."""
 

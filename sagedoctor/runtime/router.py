@@ -65,6 +65,13 @@ Key = tuple[str, str, int]  # (device, dtype, head_dim)
 # decides once: the shape reasons before and after the torch state, and for an eligible call
 # its key and its (device, shape key) for the decisions. Built per call, it cost ~10 us.
 Classified = tuple[str | None, str | None, tuple[Key, tuple[str, str]] | None]
+# The reasons a call's query and key alone decide (its device, dtype, lengths, causality and
+# the shortest length routed): the hot path keeps them, and eligible calls' shape keys, under
+# (query's shape, key's shape, dtype, device, is_causal, min_seq_len), about half the cost of
+# a whole signature. A hit can only keep a call on SDPA; a call it would have kept there for
+# another reason (a value of another dtype, a tensor subclass) is kept there all the same, and
+# any call that may route is decided by its whole signature.
+_QUICK = frozenset({"device", "dtype", "short", "causal_lengths"})
 MAX_SIGNATURES = 4096  # distinct call signatures kept; more (a shape per call) start afresh
 
 
@@ -136,6 +143,9 @@ class Router:
         self._unchecked = 0  # routed past the budget without a check of their own
         self._shapes: dict[tuple[str, str], bool] = {}  # (device, shape key) -> route
         self._signatures: dict[tuple[Any, ...], Classified] = {}
+        # The hot path's memo (see _QUICK): a coarser key than a signature, for calls that
+        # stay on SDPA; the shape key of an eligible call, or a reason.
+        self._nearby: dict[tuple[Any, ...], tuple[str, str] | str] = {}
         self._arch: dict[str, tuple[int, int] | None] = {}
         self._gpu: dict[str, tuple[str, str]] = {}  # device -> (GPU identity, name)
         self._measured = 0
@@ -171,6 +181,7 @@ class Router:
         self._head_dims = frozenset(d for s in specs for d in s.head_dims)
         self._cuda_only = self._device_types <= {"cuda"}
         self._signatures.clear()  # (cleared in place: the patched function holds the dict)
+        self._nearby.clear()
 
     def _install(self) -> None:
         import torch.nn.functional as F
@@ -249,7 +260,7 @@ class Router:
         call that stays on SDPA every attribute lookup shows (about 1 us saved per call)."""
         router = self
         local = self._local
-        signatures = self._signatures
+        nearby = self._nearby
         shapes = self._shapes
         compiling = _compiling_check()  # bound once: the lookups cost ~0.5 us a call
 
@@ -276,34 +287,23 @@ class Router:
                         router.min_seq_len, _grad_enabled, _compiling)
                 else:
                     min_seq_len = router.min_seq_len
+                    near: tuple[Any, ...] | None
+                    quick: Any
                     try:
-                        signature = (type(query), type(key), type(value), query.device,
-                                     key.device, value.device, query.dtype, key.dtype,
-                                     value.dtype, query.shape, key.shape, value.shape,
-                                     is_causal, min_seq_len)
-                        known = signatures.get(signature)  # hashes the shapes
+                        near = (query.shape, key.shape, query.dtype, query.device, is_causal,
+                                min_seq_len)
+                        quick = nearby.get(near)
                     except Exception:
-                        # shapes that are not plain sizes (symbolic, nested, a subclass's
-                        # own): decided each call, never kept, never raising where SDPA would not
-                        known = router._classify_unkeyed(query, key, value, is_causal,
-                                                         min_seq_len)
+                        near = quick = None
+                    if quick is not None and (quick.__class__ is str
+                                              or shapes.get(quick) is False):
+                        # a call kept on SDPA (the common case at short lengths), by what its
+                        # query and key alone decide: this path is what bench_scope_overhead
+                        # and bench_models' SDXL 1024 time
+                        reason = quick if quick.__class__ is str else "slower"
                     else:
-                        if known is None:
-                            known = router._classify(query, key, value, is_causal, min_seq_len)
-                            if len(signatures) >= MAX_SIGNATURES:
-                                signatures.clear()
-                            signatures[signature] = known
-                    before, after, names = known
-                    reason = before or after
-                    if reason is None:
-                        assert names is not None
-                        if shapes.get(names[1]) is False:
-                            # a shape kept on SDPA (the common case at short lengths): nothing
-                            # else is asked; this path is what bench_scope_overhead times
-                            reason = "slower"
-                        elif (query.requires_grad or key.requires_grad
-                              or value.requires_grad) and _grad_enabled():
-                            reason = "grad"  # the state per call (compiling: asked above)
+                        reason, names = router._signature_reason(query, key, value, is_causal,
+                                                                 min_seq_len, near)
                 if reason is None:
                     assert names is not None  # an eligible call's signature has them
                     reason, out = router._route(query, key, value, is_causal, scale, names)
@@ -322,6 +322,46 @@ class Router:
                             is_causal=is_causal, scale=scale, **kwargs)
 
         return scaled_dot_product_attention
+
+    def _signature_reason(self, query: Any, key: Any, value: Any, is_causal: bool,
+                          min_seq_len: int, near: tuple[Any, ...] | None
+                          ) -> tuple[str | None, tuple[Key, tuple[str, str]] | None]:
+        """The reason a call stays on SDPA by its whole signature (its tensors' types,
+        devices, dtypes and shapes) and the state, or None with the names it routes by; what
+        holds for every call with the same `near` key goes into the hot path's memo."""
+        signatures = self._signatures
+        try:
+            signature = (type(query), type(key), type(value), query.device, key.device,
+                         value.device, query.dtype, key.dtype, value.dtype, query.shape,
+                         key.shape, value.shape, is_causal, min_seq_len)
+            known = signatures.get(signature)  # hashes the shapes
+        except Exception:
+            # shapes that are not plain sizes (symbolic, nested, a subclass's own): decided
+            # each call, never kept, never raising where SDPA would not
+            known = self._classify_unkeyed(query, key, value, is_causal, min_seq_len)
+            near = None
+        else:
+            if known is None:
+                known = self._classify(query, key, value, is_causal, min_seq_len)
+                if len(signatures) >= MAX_SIGNATURES:
+                    signatures.clear()
+                    self._nearby.clear()
+                signatures[signature] = known
+        before, after, names = known
+        reason = before or after
+        if near is not None:
+            if names is not None:
+                self._nearby[near] = names[1]
+            elif reason in _QUICK:
+                self._nearby[near] = reason
+        if reason is None:
+            assert names is not None
+            if self._shapes.get(names[1]) is False:
+                reason = "slower"
+            elif (query.requires_grad or key.requires_grad or value.requires_grad) \
+                    and _grad_enabled():
+                reason = "grad"  # the state per call (compiling: asked before)
+        return reason, names
 
     def _new_thread_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
