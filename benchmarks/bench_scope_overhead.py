@@ -144,9 +144,13 @@ def sdxl_mix(args: argparse.Namespace) -> float:
     router = Router(registry, calibration=calibration)
     if gpu is None:  # the router keys CUDA decisions by the GPU's identity
         gpu = router._gpu_of(calls[0][0])[0]
-    for heads, tokens in ((10, 4096), (20, 1024)):
-        calibration.put(gpu, shape_key("bfloat16", 64, 2 * heads, tokens, tokens, False),
-                        Decision(False, "stand_in", 0.7, 0.6, 0.8, 9, "verify"))
+    # as a verify on an H100 stores them: SDPA up to 8192 tokens, the kernel from 16384
+    for heads in (10, 20):
+        for tokens, route in ((1024, False), (4096, False), (8192, False), (16384, True)):
+            calibration.put(gpu, shape_key("bfloat16", 64, 2 * heads, tokens, tokens, False),
+                            Decision(route, "stand_in", 1.1 if route else 0.7, 0.6, 1.2, 9,
+                                     "verify"))
+    router.calibration = calibration  # as loaded at start-up: the router's floor follows it
     real = F.scaled_dot_product_attention
     rounds = max(11, args.rounds // 4)
     repeat = max(1, args.calls // len(calls))

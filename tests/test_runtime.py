@@ -188,6 +188,48 @@ def test_without_calibration_a_faster_kernel_is_routed() -> None:
     assert router.stats()["routed"] == {"fast": 1}
 
 
+def test_below_the_stored_decisions_floor_calls_stay_on_sdpa_untimed_and_above_it_are_timed(
+        ) -> None:
+    """Where the stored decisions keep every length up to 512 on SDPA and route from 2048, a
+    256-token call of another family (which the router would otherwise time live) stays on
+    SDPA untimed; a 1024-token call, between the stored SDPA and kernel points, is timed, and
+    a faster kernel takes it. Changing the settings the floor follows moves it."""
+    from sagedoctor.runtime.decisions import Calibration, Decision, shape_key
+
+    cache: dict[tuple[int, ...], Any] = {}
+
+    def memo(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), *q.shape)
+        if key not in cache:
+            cache[key] = math_attention(q, k, v, **kw)
+        return cache[key]
+
+    stored = Calibration()
+    for tokens, route in ((256, False), (512, False), (2048, True)):
+        stored.put("cpu", shape_key("bfloat16", 64, 2, tokens, tokens, False),
+                   Decision(route, "fast", 1.2 if route else 0.8, 0.7, 1.3, 10, "verify"))
+    router = router_with(spec("fast", memo), calibrated=False, calibration=stored)
+    assert router._floor == 513
+    other_family = qkv(h=8, s=256)  # 8 heads: a bucket nothing was stored for
+    with sage_scope(router):
+        F.scaled_dot_product_attention(*other_family)
+        F.scaled_dot_product_attention(*qkv(s=1024))
+    stats = router.stats()
+    assert stats["sdpa"] == {"slower": 1}
+    assert stats["routed"] == {"fast": 1}
+    assert stats["measured"]["shapes"] == 1  # the 1024-token call alone was timed
+    # without speed checks every verified call routes: no floor
+    router.speed_check = False
+    with sage_scope(router):
+        F.scaled_dot_product_attention(*other_family)
+    assert router.stats()["routed"] == {"fast": 2}
+    router.speed_check = True
+    router.calibration = Calibration()  # nothing stored: no floor, the call is timed
+    with sage_scope(router):
+        F.scaled_dot_product_attention(*other_family)
+    assert router.stats()["measured"]["shapes"] == 2
+
+
 def test_stored_decisions_route_per_shape_without_timing(tmp_path: Any) -> None:
     from sagedoctor.runtime.decisions import Calibration, Decision, shape_key
 
@@ -217,10 +259,10 @@ def test_a_signature_seen_before_is_decided_again_where_call_state_or_settings_d
     stored = Calibration()
     stored.put("cpu", shape_key("bfloat16", 64, 2, 512, 512, False),
                Decision(False, "good", 0.8, 0.7, 0.9, 10, "verify"))
-    router = router_with(spec("good", math_attention, calls), calibrated=False,
-                         calibration=stored)
     stored.put("cpu", shape_key("bfloat16", 64, 2, 256, 256, False),
                Decision(True, "good", 1.2, 1.1, 1.3, 10, "verify"))
+    router = router_with(spec("good", math_attention, calls), calibrated=False,
+                         calibration=stored)
     q, k, v = qkv(s=256)
     with sage_scope(router):
         F.scaled_dot_product_attention(q, k, v)  # eligible: routed

@@ -222,6 +222,37 @@ class Calibration:
         return out
 
 
+def route_floor(calibration: Calibration, min_seq_len: int) -> int:
+    """The shortest query length at which a call may be routed or timed, by the stored
+    decisions: below it, for every GPU and self-attention family stored, the router would find
+    SDPA faster by a stored or interpolated decision, so the hot path need not look further.
+    A family's floor is one past its longest stored length below its first routed one (or
+    below a change of kernel, where interpolation stops). What no stored point brackets is
+    assumed to follow the measured ones, as the kernel's edge grows with the length: calls
+    shorter than a family's shortest stored length (verify's starts at 1024 tokens) and shapes
+    of no stored family (another head size or batch x heads, a cross-attention), which the
+    router would otherwise time live, stay on SDPA below every family's crossover."""
+    floor: int | None = None
+    for entry in calibration.gpus.values():
+        families: dict[tuple[str, int, int, bool], list[tuple[int, Decision]]] = {}
+        for key, decision in entry.decisions.items():
+            parsed = parse_shape_key(key)
+            if parsed is None:
+                return min_seq_len
+            dtype, d, bucket, q_len, kv_len, causal = parsed
+            if q_len == kv_len:
+                families.setdefault((dtype, d, bucket, causal), []).append((q_len, decision))
+        for points in families.values():
+            points.sort(key=lambda point: point[0])
+            family = points[-1][0] + 1
+            for i, (_length, decision) in enumerate(points):
+                if decision.route or (i and decision.kernel != points[i - 1][1].kernel):
+                    family = points[i - 1][0] + 1 if i else min_seq_len
+                    break
+            floor = family if floor is None else min(floor, family)
+    return max(min_seq_len, floor if floor is not None else min_seq_len)
+
+
 def load_calibration(path: str) -> Calibration:
     """The file's decisions; a missing, huge or corrupt file gives none (never raises)."""
     try:  # only a regular file, opened without blocking: a FIFO there must not hang the app

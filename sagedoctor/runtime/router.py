@@ -38,6 +38,7 @@ from .decisions import (
     gpu_identity,
     load_calibration,
     merge_into_file,
+    route_floor,
     shape_key,
 )
 from .eligibility import REASONS, ineligible_reason, shape_reasons
@@ -115,11 +116,12 @@ class Router:
         self.registry = registry or default_registry()
         self.thresholds = thresholds or Thresholds.from_env()
         # Per GPU and shape: route or not, as verify (or an earlier run) measured it.
-        self.calibration = calibration or Calibration()
+        self._floor = 0  # below this query length, SDPA (see route_floor); 0: no floor yet
+        self._calibration = calibration or Calibration()
         # Where shapes measured in this process are written for the next run (None: nowhere).
         self.calibration_path = calibration_path
-        self.min_seq_len = min_seq_len
-        self.speed_check = speed_check
+        self._min_seq_len = min_seq_len
+        self._speed_check = speed_check
         self.live_settings = (live_settings or LIVE).with_env()
         self.timer_for = timer_for
         self.live_left = max_live_measurements
@@ -166,6 +168,43 @@ class Router:
         # The replacement SDPA, made once: identity checks compare against this object.
         self.patched: Callable[..., Any] = self._make_patched()
         self.refresh_registry()
+        self._refresh_floor()
+
+    # The settings the hot path's floor follows: each change recomputes it.
+    @property
+    def calibration(self) -> Calibration:
+        """Per GPU and shape: route or not, as verify (or an earlier run) measured it."""
+        return self._calibration
+
+    @calibration.setter
+    def calibration(self, value: Calibration) -> None:
+        self._calibration = value
+        self._refresh_floor()
+
+    @property
+    def min_seq_len(self) -> int:
+        return self._min_seq_len
+
+    @min_seq_len.setter
+    def min_seq_len(self, value: int) -> None:
+        self._min_seq_len = value
+        self._refresh_floor()
+
+    @property
+    def speed_check(self) -> bool:
+        return self._speed_check
+
+    @speed_check.setter
+    def speed_check(self, value: bool) -> None:
+        self._speed_check = value
+        self._refresh_floor()
+
+    def _refresh_floor(self) -> None:
+        """The query length below which a call stays on SDPA without a signature lookup: where
+        stored decisions settle every shorter call (route_floor), and only while speeds are
+        checked (without, every verified call routes)."""
+        self._floor = route_floor(self._calibration, self._min_seq_len) \
+            if self._speed_check else 0
 
     # --- activation ------------------------------------------------------------------------
 
@@ -286,13 +325,19 @@ class Router:
                         router._device_types, router._dtypes, router._head_dims,
                         router.min_seq_len, _grad_enabled, _compiling)
                 else:
-                    min_seq_len = router.min_seq_len
+                    min_seq_len = router._min_seq_len
                     near: tuple[Any, ...] | None
                     quick: Any
                     try:
-                        near = (query.shape, key.shape, query.dtype, query.device, is_causal,
-                                min_seq_len)
-                        quick = nearby.get(near)
+                        length = query.shape[-2]
+                        if length.__class__ is int and length < router._floor:
+                            # shorter than any length the stored decisions route or leave
+                            # open (SDXL's every call on an H100): no signature asked
+                            near, quick = None, "short" if length < min_seq_len else "slower"
+                        else:
+                            near = (query.shape, key.shape, query.dtype, query.device,
+                                    is_causal, min_seq_len)
+                            quick = nearby.get(near)
                     except Exception:
                         near = quick = None
                     if quick is not None and (quick.__class__ is str
@@ -642,6 +687,7 @@ class Router:
         arch = self._arch_of(q)
         arch_text = f"{arch[0]}.{arch[1]}" if arch else ""
         self.calibration.put(gpu, shape, decision, name, arch_text)
+        self._refresh_floor()  # a first point of a new family may lower it
         self._persist(gpu, shape, decision, name, arch_text)
         log.info("%s on %s, shape %s: %.2fx SDPA (%.2f-%.2f, %d rounds): %s", spec.name,
                  key[0], shape, result.speedup, result.low, result.high, result.rounds,
