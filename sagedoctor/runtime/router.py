@@ -303,66 +303,90 @@ class Router:
         shapes = self._shapes
         compiling = _compiling_check()  # bound once: the lookups cost ~0.5 us a call
 
+        def decided(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float,
+                    is_causal: bool, scale: float | None, enable_gqa: bool,
+                    kwargs: dict[str, Any], state: dict[str, Any], original: Any) -> Any:
+            """A call inside a scope (or global mode) that the floor did not settle."""
+            names = None
+            if kwargs or enable_gqa:
+                reason: str | None = "gqa" if enable_gqa else "unknown_args"
+            elif router._cuda_only and not query.is_cuda:
+                reason = "device"  # the common case off the GPU, without a call
+            elif attn_mask is not None or dropout_p or compiling():
+                # (while tracing, shapes may be symbolic: no signature of them is kept)
+                reason = ineligible_reason(
+                    query, key, value, attn_mask, dropout_p, is_causal,
+                    router._device_types, router._dtypes, router._head_dims,
+                    router.min_seq_len, _grad_enabled, _compiling)
+            else:
+                min_seq_len = router._min_seq_len
+                near: tuple[Any, ...] | None
+                quick: Any
+                try:
+                    near = (query.shape, key.shape, query.dtype, query.device, is_causal,
+                            min_seq_len)
+                    quick = nearby.get(near)
+                except Exception:
+                    near = quick = None
+                if quick is not None and (quick.__class__ is str
+                                          or shapes.get(quick) is False):
+                    # kept on SDPA by what its query and key alone decide
+                    reason = quick if quick.__class__ is str else "slower"
+                else:
+                    reason, names = router._signature_reason(query, key, value, is_causal,
+                                                             min_seq_len, near)
+            if reason is None:
+                assert names is not None  # an eligible call's signature has them
+                reason, out = router._route(query, key, value, is_causal, scale, names)
+                if reason is None:
+                    return out
+            counts = state.get("sdpa")
+            if counts is None:
+                counts = router._new_thread_counts()
+            counts[reason] = counts.get(reason, 0) + 1
+            if enable_gqa:
+                kwargs["enable_gqa"] = True  # only when asked: torch < 2.5 lacks the argument
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                            is_causal=is_causal, scale=scale, **kwargs)
+
         def scaled_dot_product_attention(
                 query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
                 is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
                 **kwargs: Any) -> Any:
-            original = router.original
-            assert original is not None
+            # Kept short on purpose: inside a model a call costs several times what a loop
+            # of calls measures (SDXL 1024 on an H100: 1.9 us a call in bench_scope_overhead,
+            # about 11 us in the model, where much other code runs between two attention
+            # calls). So a call the floor settles runs these few lines and nothing else.
+            original: Any = router.original  # set whenever this function is in place
             # One read of this thread's state decides: its scope depth (0 inside a kernel),
             # else the global setting.
             state = local.__dict__
             if state.get("depth", router._global):
-                names = None
-                if kwargs or enable_gqa:
-                    reason: str | None = "gqa" if enable_gqa else "unknown_args"
-                elif router._cuda_only and not query.is_cuda:
-                    reason = "device"  # the common case off the GPU, without a call
-                elif attn_mask is not None or dropout_p or compiling():
-                    # (while tracing, shapes may be symbolic: no signature of them is kept)
-                    reason = ineligible_reason(
-                        query, key, value, attn_mask, dropout_p, is_causal,
-                        router._device_types, router._dtypes, router._head_dims,
-                        router.min_seq_len, _grad_enabled, _compiling)
-                else:
-                    min_seq_len = router._min_seq_len
-                    near: tuple[Any, ...] | None
-                    quick: Any
+                if attn_mask is None and not dropout_p and not kwargs and not enable_gqa:
                     try:
                         length = query.shape[-2]
-                        if length.__class__ is int and length < router._floor:
-                            # shorter than any length the stored decisions route or leave
-                            # open (SDXL's every call on an H100): no signature asked
-                            near, quick = None, "short" if length < min_seq_len else "slower"
-                        else:
-                            near = (query.shape, key.shape, query.dtype, query.device,
-                                    is_causal, min_seq_len)
-                            quick = nearby.get(near)
                     except Exception:
-                        near = quick = None
-                    if quick is not None and (quick.__class__ is str
-                                              or shapes.get(quick) is False):
-                        # a call kept on SDPA (the common case at short lengths), by what its
-                        # query and key alone decide: this path is what bench_scope_overhead
-                        # and bench_models' SDXL 1024 time
-                        reason = quick if quick.__class__ is str else "slower"
-                    else:
-                        reason, names = router._signature_reason(query, key, value, is_causal,
-                                                                 min_seq_len, near)
-                if reason is None:
-                    assert names is not None  # an eligible call's signature has them
-                    reason, out = router._route(query, key, value, is_causal, scale, names)
-                    if reason is None:
-                        return out
-                counts = state.get("sdpa")
-                if counts is None:
-                    counts = router._new_thread_counts()
-                counts[reason] = counts.get(reason, 0) + 1
+                        length = None
+                    # below every stored family's crossover (SDXL's every call on an H100):
+                    # SDPA, after one look at the length (symbolic lengths go the long way)
+                    if length.__class__ is int \
+                            and router._min_seq_len <= length < router._floor \
+                            and (query.is_cuda or not router._cuda_only) and not compiling():
+                        counts = state.get("sdpa")
+                        if counts is None:
+                            counts = router._new_thread_counts()
+                        counts["slower"] = counts.get("slower", 0) + 1
+                        if is_causal or scale is not None:
+                            return original(query, key, value, is_causal=is_causal,
+                                            scale=scale)
+                        return original(query, key, value)  # keywords cost ~1 us a call
+                return decided(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                               enable_gqa, kwargs, state, original)
             if enable_gqa:
                 kwargs["enable_gqa"] = True  # only when asked: torch < 2.5 lacks the argument
             elif attn_mask is None and not dropout_p and not is_causal and scale is None \
                     and not kwargs:
-                return original(query, key, value)  # keyword parsing costs ~1 us per call
+                return original(query, key, value)
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                             is_causal=is_causal, scale=scale, **kwargs)
 
