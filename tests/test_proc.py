@@ -89,8 +89,11 @@ def _kill_leftovers(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+# (Python's own Ctrl+C handler first: a process started in the background of a shell without
+# job control, as a CI runner may start the suite, inherits SIGINT ignored)
 DRIVER = """
-import sys
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from sagedoctor.proc import run_tool
 try:
     run_tool([sys.argv[1]], timeout=120)

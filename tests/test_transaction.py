@@ -104,8 +104,11 @@ def test_an_exception_from_the_progress_callback_rolls_back(venv: tuple[Path, Pa
 
 # --- signals and a second process --------------------------------------------------------------
 
+# (Python's own Ctrl+C handler first: a process started in the background of a shell without
+# job control, as a CI runner may start the suite, inherits SIGINT ignored)
 DRIVER = r"""
-import json, sys
+import json, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 from sagedoctor.install.execute import execute_plan
 from sagedoctor.plan import Step
@@ -277,7 +280,8 @@ def test_ctrl_c_in_the_verify_after_the_commit_says_the_install_stays(tmp_path: 
     run_at_start_up(site,  # the target hangs at start-up: verify waits
                     f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\n"
                     "time.sleep(300)\n")
-    code = ("import sys\nfrom pathlib import Path\n"
+    code = ("import signal, sys\nfrom pathlib import Path\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "from sagedoctor.commands.install import verify_after_commit\n"
             "sys.exit(verify_after_commit(Path(sys.argv[1]), Path(sys.argv[2]), True, False, "
             "sys.stdout))\n")
