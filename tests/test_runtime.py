@@ -57,6 +57,32 @@ def spec(name: str, fn: Callable[..., Any], calls: Calls | None = None,
     return KernelSpec(name, name, load, device_type="cpu", priority=priority)
 
 
+def stored_decisions(kernel: str, *points: tuple[int, bool]) -> Any:
+    """A calibration as verify stores one on the CPU stand-in: per self-attention length
+    (bf16, D64, 1 x 2 heads), the kernel or SDPA."""
+    from sagedoctor.runtime.decisions import Calibration, Decision, shape_key
+
+    calibration = Calibration()
+    for tokens, route in points:
+        calibration.put("cpu", shape_key("bfloat16", 64, 2, tokens, tokens, False),
+                        Decision(route, kernel, 1.2 if route else 0.8, 0.7, 1.3, 10, "verify"))
+    return calibration
+
+
+def memo_attention() -> Callable[..., Any]:
+    """Correct output at almost no cost after the first call per input: stands for a kernel
+    faster than SDPA."""
+    cache: dict[tuple[int, ...], Any] = {}
+
+    def memo(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), *q.shape)
+        if key not in cache:
+            cache[key] = math_attention(q, k, v, **kw)
+        return cache[key]
+
+    return memo
+
+
 def router_with(*specs: KernelSpec, calibrated: bool = True, **kw: Any) -> Router:
     registry = KernelRegistry()
     for s in specs:
@@ -194,21 +220,10 @@ def test_below_the_stored_decisions_floor_calls_stay_on_sdpa_untimed_and_above_i
     256-token call of another family (which the router would otherwise time live) stays on
     SDPA untimed; a 1024-token call, between the stored SDPA and kernel points, is timed, and
     a faster kernel takes it. Changing the settings the floor follows moves it."""
-    from sagedoctor.runtime.decisions import Calibration, Decision, shape_key
+    from sagedoctor.runtime.decisions import Calibration
 
-    cache: dict[tuple[int, ...], Any] = {}
-
-    def memo(q: Any, k: Any, v: Any, **kw: Any) -> Any:
-        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), *q.shape)
-        if key not in cache:
-            cache[key] = math_attention(q, k, v, **kw)
-        return cache[key]
-
-    stored = Calibration()
-    for tokens, route in ((256, False), (512, False), (2048, True)):
-        stored.put("cpu", shape_key("bfloat16", 64, 2, tokens, tokens, False),
-                   Decision(route, "fast", 1.2 if route else 0.8, 0.7, 1.3, 10, "verify"))
-    router = router_with(spec("fast", memo), calibrated=False, calibration=stored)
+    stored = stored_decisions("fast", (256, False), (512, False), (2048, True))
+    router = router_with(spec("fast", memo_attention()), calibrated=False, calibration=stored)
     assert router._floor == 513
     other_family = qkv(h=8, s=256)  # 8 heads: a bucket nothing was stored for
     with sage_scope(router):
@@ -253,16 +268,9 @@ def test_a_signature_seen_before_is_decided_again_where_call_state_or_settings_d
     """The router keeps per call signature what the tensors' shapes decide; what changes with
     the same shapes (gradients, the shortest length, the kernels registered, the stored
     decision per shape) is still honoured on every call."""
-    from sagedoctor.runtime.decisions import Calibration, Decision, shape_key
-
     calls = Calls()
-    stored = Calibration()
-    stored.put("cpu", shape_key("bfloat16", 64, 2, 512, 512, False),
-               Decision(False, "good", 0.8, 0.7, 0.9, 10, "verify"))
-    stored.put("cpu", shape_key("bfloat16", 64, 2, 256, 256, False),
-               Decision(True, "good", 1.2, 1.1, 1.3, 10, "verify"))
     router = router_with(spec("good", math_attention, calls), calibrated=False,
-                         calibration=stored)
+                         calibration=stored_decisions("good", (512, False), (256, True)))
     q, k, v = qkv(s=256)
     with sage_scope(router):
         F.scaled_dot_product_attention(q, k, v)  # eligible: routed
@@ -290,16 +298,9 @@ def test_the_hot_path_memo_keeps_calls_on_sdpa_and_never_routes_a_call_it_would_
     """The hot path remembers what a call's query and key alone decide (its shapes, dtype,
     device, causality). A later call that matches there but differs elsewhere (a value of
     another head size, a subclass) is decided by its whole signature wherever it could route."""
-    from sagedoctor.runtime.decisions import Calibration, Decision, shape_key
-
     calls = Calls()
-    stored = Calibration()
-    stored.put("cpu", shape_key("bfloat16", 64, 2, 256, 256, False),
-               Decision(True, "good", 1.2, 1.1, 1.3, 10, "verify"))
-    stored.put("cpu", shape_key("bfloat16", 64, 2, 512, 512, False),
-               Decision(False, "good", 0.8, 0.7, 0.9, 10, "verify"))
     router = router_with(spec("good", math_attention, calls), calibrated=False,
-                         calibration=stored)
+                         calibration=stored_decisions("good", (256, True), (512, False)))
     q, k, v = qkv(s=256)
     slow = qkv(s=512)
     short = qkv(s=64)
