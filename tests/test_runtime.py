@@ -198,16 +198,7 @@ def test_without_calibration_a_slower_kernel_keeps_sdpa() -> None:
 
 
 def test_without_calibration_a_faster_kernel_is_routed() -> None:
-    cache: dict[tuple[int, ...], Any] = {}
-
-    def memo(q: Any, k: Any, v: Any, **kw: Any) -> Any:
-        """Correct output at almost no cost: stands for a kernel faster than SDPA."""
-        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), *q.shape)
-        if key not in cache:
-            cache[key] = math_attention(q, k, v, **kw)
-        return cache[key]
-
-    router = router_with(spec("fast", memo), calibrated=False)
+    router = router_with(spec("fast", memo_attention()), calibrated=False)
     q, k, v = qkv(h=8, s=1024)
     with sage_scope(router):
         F.scaled_dot_product_attention(q, k, v)
