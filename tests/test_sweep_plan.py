@@ -141,8 +141,9 @@ def test_an_unchanged_build_re_times_a_sample_and_keeps_the_rest() -> None:
                     FLUX_APPS, {}, 1, 24, {}, "bf16")
     stored = _stored(first)
     sample = reuse_sample(stored)
-    # The clearest win and the clearest loss: each settles in one paired sample.
-    assert sample == [min(stored), max(stored)]
+    # The shortest clear loss and the shortest clear win: each settles in one paired sample.
+    assert sample == [min(stored), min(t for t in stored if stored[t].low >= 1.10)]
+    assert sample[1] < max(stored)
     log.clear()
     info: dict[str, Any] = {}
     ticks: list[tuple[int, int, str]] = []
@@ -203,13 +204,18 @@ def test_a_sister_dtype_borrows_the_first_dtypes_decisions_after_a_sample_agrees
     assert set(reuse_sample(sister[1])) <= set(log)
 
 
-def test_reuse_sample_takes_the_clearest_decision_on_each_side() -> None:
+def test_reuse_sample_takes_the_shortest_clear_decision_on_each_side() -> None:
     points = [{"tokens": t, "route": s >= 1.03, "speedup": s}
               for t, s in ((1024, 0.70), (4096, 0.62), (9728, 1.08), (16896, 1.12),
                            (24576, 1.30), (32768, 1.25))]
     stored = _stored(points)
-    assert reuse_sample(stored) == [4096, 24576]
-    only_kept = _stored([{"tokens": t, "route": False, "speedup": 0.9} for t in (1024, 32768)])
+    # clear (>= 1.10, <= 0.90) and cheapest: not 4096 and 24576, the clearest, but as long
+    assert reuse_sample(stored) == [1024, 16896]
+    # nothing clear on a side: the clearest there (the highest lower bound, the lowest upper)
+    close = _stored([{"tokens": t, "route": s >= 1.03, "speedup": s}
+                     for t, s in ((4096, 0.93), (8192, 0.95), (9728, 1.05), (12288, 1.08))])
+    assert reuse_sample(close) == [4096, 12288]
+    only_kept = _stored([{"tokens": t, "route": False, "speedup": 0.95} for t in (1024, 32768)])
     assert reuse_sample(only_kept) == [1024]  # a tie goes to the shorter, cheaper length
     assert reuse_sample({}) == []
 
