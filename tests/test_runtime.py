@@ -236,6 +236,30 @@ def test_below_the_stored_decisions_floor_calls_stay_on_sdpa_untimed_and_above_i
     assert router.stats()["measured"]["shapes"] == 2
 
 
+def test_under_torch_compile_calls_stay_on_sdpa_below_the_floor_and_above_it() -> None:
+    """Traced by dynamo (the eager backend: no compiler needed), a call below the floor takes
+    the floor's short path and one above it the compile rule; neither reaches the kernel, and
+    the compiled function's output is SDPA's."""
+    calls = Calls()
+    stored = stored_decisions("fast", (256, False), (512, False), (2048, True))
+    router = router_with(spec("fast", memo_attention(), calls), calibrated=False,
+                         calibration=stored)
+
+    def block(q: Any, k: Any, v: Any) -> Any:
+        return F.scaled_dot_product_attention(q, k, v) * 2
+
+    for tokens, reason in ((256, "slower"), (1024, "compiling")):
+        torch._dynamo.reset()
+        q, k, v = qkv(s=tokens)
+        expected = block(q, k, v)
+        before = router.stats()["sdpa"].get(reason, 0)
+        with sage_scope(router):
+            got = torch.compile(block, backend="eager")(q, k, v)
+        assert torch.equal(got, expected)
+        assert router.stats()["sdpa"].get(reason, 0) > before
+    assert calls.n == 0 and router.stats()["routed"] == {}
+
+
 def test_stored_decisions_route_per_shape_without_timing(tmp_path: Any) -> None:
     from sagedoctor.runtime.decisions import Calibration, Decision, shape_key
 

@@ -368,10 +368,11 @@ class Router:
                     except Exception:
                         length = None
                     # below every stored family's crossover (SDXL's every call on an H100):
-                    # SDPA, after one look at the length (symbolic lengths go the long way)
+                    # SDPA, after one look at the length (symbolic lengths go the long way;
+                    # while tracing, a static length here stays on SDPA, as it would there)
                     if length.__class__ is int \
                             and router._min_seq_len <= length < router._floor \
-                            and (query.is_cuda or not router._cuda_only) and not compiling():
+                            and (query.is_cuda or not router._cuda_only):
                         counts = state.get("sdpa")
                         if counts is None:
                             counts = router._new_thread_counts()
