@@ -19,8 +19,8 @@ pick, and whether that is correct.
 
 Reuse: where the decisions stored for this build were measured with the same kernel inputs
 (SageAttention's and torch's installed files, the GPU and its driver), correctness is checked
-again on every key, but only a sample of the stored shapes is timed again (per family the most
-clearly routed and the most clearly kept length); if the sample agrees, the rest are kept,
+again on every key, but only a sample of the stored shapes is timed again (per family the
+shortest clear win and the shortest clear loss); if the sample agrees, the rest are kept,
 otherwise that family is measured anew. `--fresh` decides everything anew.
 
 Sister dtypes: fp16 and bf16 inputs run the same quantised kernel (SageAttention quantises Q
