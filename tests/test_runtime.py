@@ -236,6 +236,8 @@ def test_below_the_stored_decisions_floor_calls_stay_on_sdpa_untimed_and_above_i
     assert router.stats()["measured"]["shapes"] == 2
 
 
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(),
+                    reason="torch.compile does not run on this Python")
 def test_under_torch_compile_calls_stay_on_sdpa_below_the_floor_and_above_it() -> None:
     """Traced by dynamo (the eager backend: no compiler needed), a call below the floor takes
     the floor's short path and one above it the compile rule; neither reaches the kernel, and

@@ -369,7 +369,8 @@ class Router:
                         length = None
                     # below every stored family's crossover (SDXL's every call on an H100):
                     # SDPA, after one look at the length (symbolic lengths go the long way;
-                    # while tracing, a static length here stays on SDPA, as it would there)
+                    # a static one traced by torch.compile stays on SDPA here, as it would
+                    # there by the compile rule: no compile check needed on this path)
                     if length.__class__ is int \
                             and router._min_seq_len <= length < router._floor \
                             and (query.is_cuda or not router._cuda_only):
