@@ -16,3 +16,9 @@ def app_folder(kind: AppFolder) -> Path:
     where = {"cache": platformdirs.user_cache_dir, "log": platformdirs.user_log_dir,
              "state": platformdirs.user_state_dir, "config": platformdirs.user_config_dir}[kind]
     return Path(where("sagedoctor", appauthor=False))
+
+
+def bytecode_folder() -> Path:
+    """Where a target interpreter that sagedoctor starts keeps the bytecode it compiles, where
+    it writes none beside the sources (runtime/bytecode.py)."""
+    return app_folder("cache") / "bytecode"

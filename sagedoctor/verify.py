@@ -89,7 +89,11 @@ def run_selftest(python: Path, quick: bool, timeout: float = 1800, fresh: bool =
     from .target_answer import TOKEN_ENV, framed, new_token
 
     token = new_token()  # the report comes framed: the venv may print at start or exit
-    env = {**os.environ, TOKEN_ENV: token}
+    from .folders import bytecode_folder
+    from .runtime.bytecode import CACHE_ENV
+
+    # (where its torch has no bytecode and it writes none: see runtime/bytecode.py)
+    env = {**os.environ, TOKEN_ENV: token, CACHE_ENV: str(bytecode_folder())}
     try:
         if progress is None:
             done = run_tool(argv, timeout=timeout, env=env, answer_frame=token.encode())

@@ -71,3 +71,23 @@ def test_judge_reads_a_hostile_suite_without_crashing() -> None:
     wrong = judge({"devices": [{**base, "ok": False, "cosine": 0.1,
                                 "suite": {"a": {"cosine": 0.2}}}], "error": None})
     assert not wrong.ok and "[wrong], outliers worst a cosine 0.200" in wrong.summary
+
+
+def test_a_target_torch_without_bytecode_compiles_into_sagedoctors_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytecode writing off (a container's PYTHONDONTWRITEBYTECODE) and a torch installed
+    without bytecode (a stand-in that stops the check at its import): what the check's
+    interpreter compiles lands in sagedoctor's cache, where the verify after it reads it,
+    and nothing in the venv."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    venv = tmp_path / "app venv"
+    site = make_venv(venv)
+    add_dist(site, "torch", "2.13.0", {"torch/__init__.py": "raise ImportError('stand-in')\n"})
+    result = run_smoke(venv_python(venv), device="cpu")
+    assert not result.ok and "stand-in" in result.summary
+    cache = tmp_path / "cache" / "sagedoctor" / "bytecode"
+    assert [p.parent.name for p in cache.rglob("__init__.*.pyc")
+            if "app venv" in p.parts] == ["torch"]
+    assert list(venv.rglob("*.pyc")) == []

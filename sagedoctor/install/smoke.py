@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..folders import bytecode_folder
 from ..proc import ToolMissing, ToolTimeout
+from ..runtime.bytecode import CACHE_ENV
 from ..target_answer import ask_target, with_answer_function
 
 SMOKE_TIMEOUT_S = 300.0
@@ -29,7 +31,8 @@ MAX_REL_L2 = 0.08
 SUITE_SHAPE = (1, 8, 2048)
 
 # Runs inside the target venv (any Python >= 3.8): stdlib, torch and sageattention only; the
-# suite's case maker is runtime.accuracy's own source, put in front by smoke_script().
+# suite's case maker is runtime.accuracy's own source, and cache_bytecode() runtime.bytecode's,
+# put in front by smoke_script().
 SMOKE_BODY = r"""
 import math, sys
 def _compare(got, ref, F):
@@ -52,6 +55,7 @@ def _suite(torch, F, sageattn, device, dtype):
 def main():
     device_kind, min_cos, max_l2 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
     out = {"devices": [], "error": None}
+    cache_bytecode()  # before torch is imported
     try:
         import torch
         import torch.nn.functional as F
@@ -95,12 +99,17 @@ def smoke_script() -> str:
     """SMOKE_BODY behind the accuracy suite's case maker, as runtime.accuracy defines it."""
     import inspect
 
-    from ..runtime import accuracy
+    from ..runtime import accuracy, bytecode
 
     cases = [c for c in accuracy.ACCURACY_CASES if c != "gaussian"]
     head = (f"TEXT_TOKENS = {accuracy.TEXT_TOKENS!r}\n"
             f"CASES = {cases!r}\nSHAPE = {SUITE_SHAPE!r}\n"
-            + inspect.getsource(accuracy.accuracy_case))
+            + inspect.getsource(accuracy.accuracy_case)
+            # where the target's torch has no bytecode and none is written: runtime.bytecode
+            + "import importlib.util, os\n"
+            + f"CACHE_ENV = {bytecode.CACHE_ENV!r}\nPROBES = {bytecode.PROBES!r}\n"
+            + "".join(inspect.getsource(f) for f in (
+                bytecode.cache_folder, bytecode.has_bytecode, bytecode.cache_bytecode)))
     # (annotations unevaluated: the case maker's are typing names the target need not have)
     return "from __future__ import annotations\n" + with_answer_function(head + SMOKE_BODY)
 
@@ -164,7 +173,9 @@ def run_smoke(python: Path, timeout: float = SMOKE_TIMEOUT_S,
     argv = [str(python), "-c", smoke_script(), device or smoke_device(), str(MIN_COSINE),
             str(MAX_REL_L2)]
     try:
-        asked = ask_target(argv, timeout=timeout)
+        # (where its torch has no bytecode and it writes none: see runtime/bytecode.py)
+        asked = ask_target(argv, timeout=timeout,
+                           env={**os.environ, CACHE_ENV: str(bytecode_folder())})
     except ToolTimeout:
         return SmokeResult(False, f"sageattn() did not finish within {timeout:g} s", {})
     except ToolMissing as exc:

@@ -775,6 +775,9 @@ def _family(measure: Callable[[int], dict[str, Any]], tick: Callable[[int, int, 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .bytecode import cache_bytecode
+
+    cache_bytecode()  # before torch is imported (see bytecode.py)
     parser = argparse.ArgumentParser(prog="selftest")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true", help="a short sweep")
