@@ -236,12 +236,17 @@ def test_below_the_stored_decisions_floor_calls_stay_on_sdpa_untimed_and_above_i
     assert router.stats()["measured"]["shapes"] == 2
 
 
-@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(),
-                    reason="torch.compile does not run on this Python")
 def test_under_torch_compile_calls_stay_on_sdpa_below_the_floor_and_above_it() -> None:
     """Traced by dynamo (the eager backend: no compiler needed), a call below the floor takes
     the floor's short path and one above it the compile rule; neither reaches the kernel, and
     the compiled function's output is SDPA's."""
+    try:  # (not at collection: the host-like pass's stand-in triton stops dynamo's import)
+        import torch._dynamo as dynamo
+        from torch._dynamo.eval_frame import is_dynamo_supported
+    except Exception as exc:
+        pytest.skip(f"torch.compile cannot run here: {type(exc).__name__}: {exc}")
+    if not is_dynamo_supported():
+        pytest.skip("torch.compile does not run on this Python")
     calls = Calls()
     stored = stored_decisions("fast", (256, False), (512, False), (2048, True))
     router = router_with(spec("fast", memo_attention(), calls), calibrated=False,
@@ -251,7 +256,7 @@ def test_under_torch_compile_calls_stay_on_sdpa_below_the_floor_and_above_it() -
         return F.scaled_dot_product_attention(q, k, v) * 2
 
     for tokens, reason in ((256, "slower"), (1024, "compiling")):
-        torch._dynamo.reset()
+        dynamo.reset()
         q, k, v = qkv(s=tokens)
         expected = block(q, k, v)
         before = router.stats()["sdpa"].get(reason, 0)
