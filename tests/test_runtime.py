@@ -240,11 +240,16 @@ def test_under_torch_compile_calls_stay_on_sdpa_below_the_floor_and_above_it() -
     """Traced by dynamo (the eager backend: no compiler needed), a call below the floor takes
     the floor's short path and one above it the compile rule; neither reaches the kernel, and
     the compiled function's output is SDPA's."""
-    try:  # (not at collection: the host-like pass's stand-in triton stops dynamo's import)
-        import torch._dynamo as dynamo
-        from torch._dynamo.eval_frame import is_dynamo_supported
-    except Exception as exc:
-        pytest.skip(f"torch.compile cannot run here: {type(exc).__name__}: {exc}")
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is not None:  # (found, not imported)
+        # the host-like pass's stand-in triton fails dynamo's import half-way, and the tests
+        # after it in the process with it; with a real one (a GPU machine) CPU tracing is
+        # not what such a run is for
+        pytest.skip("a triton is installed here: this test runs where none is")
+    import torch._dynamo as dynamo
+    from torch._dynamo.eval_frame import is_dynamo_supported
+
     if not is_dynamo_supported():
         pytest.skip("torch.compile does not run on this Python")
     calls = Calls()
