@@ -3,6 +3,7 @@ registry (the extension point), never by patching the router."""
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import logging
 import sys
@@ -470,6 +471,65 @@ def test_scope_routes_only_its_own_thread_and_counts_exactly() -> None:
     assert stats["routed"] == {"good": 15}
     assert stats["sdpa"] == {}
     assert F.scaled_dot_product_attention is router.original
+
+
+def test_a_thread_started_inside_a_scope_is_outside_it_unless_it_runs_in_the_scopes_context(
+) -> None:
+    """The scope's state is a ContextVar: a new thread starts outside it (on builds that give
+    a thread a fresh context), while work handed on with the caller's context, as
+    asyncio.to_thread does, runs inside it."""
+    router = router_with(spec("good", math_attention))
+    q, k, v = qkv()
+
+    def calls() -> None:
+        for _ in range(3):
+            F.scaled_dot_product_attention(q, k, v)
+
+    with sage_scope(router):
+        plain = threading.Thread(target=calls)
+        plain.start()
+        plain.join()
+        inherits = bool(getattr(sys.flags, "thread_inherit_context", 0))
+        assert router.stats()["routed"] == ({"good": 3} if inherits else {})
+        handed_on = threading.Thread(target=contextvars.copy_context().run, args=(calls,))
+        handed_on.start()
+        handed_on.join()
+    assert router.stats()["routed"] == {"good": 6 if inherits else 3}
+
+
+def test_global_mode_reaches_a_thread_whose_scope_has_closed_and_not_its_kernels_calls(
+) -> None:
+    def wrapping(q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        # falls back to SDPA internally: in global mode that call must reach the original
+        return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kw).to(q.dtype)
+
+    router = router_with(spec("wrapping", wrapping))
+    q, k, v = qkv()
+    ran, go, done = threading.Event(), threading.Event(), threading.Event()
+
+    def worker() -> None:
+        with sage_scope(router):  # then this thread is outside every scope again
+            pass
+        ran.set()
+        go.wait(5)
+        F.scaled_dot_product_attention(q, k, v)
+        done.set()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    ran.wait(5)
+    router.enable_global()
+    try:
+        go.set()
+        done.wait(5)
+        thread.join()
+        F.scaled_dot_product_attention(q, k, v)  # this thread's first call, in global mode
+        assert router.stats()["routed"] == {"wrapping": 2}
+        assert router.stats()["sdpa"] == {}  # the kernels' own SDPA calls are not counted
+    finally:
+        router.disable_global()
+    F.scaled_dot_product_attention(q, k, v)  # not patched any more
+    assert router.stats()["routed"] == {"wrapping": 2}
 
 
 def test_out_of_memory_sends_the_call_and_the_rest_of_the_scope_to_sdpa() -> None:

@@ -2,8 +2,9 @@
 faster on this GPU; everything else goes to the original SDPA, untouched.
 
 The patch of ``torch.nn.functional.scaled_dot_product_attention`` is installed while any scope
-is open (or global mode is on); a call is routed only from a thread inside a scope, or anywhere
-in global mode. The caller never sees an exception that plain SDPA would not have raised.
+is open (or global mode is on); a call is routed only from a thread inside a scope (or work it
+hands on with its context: the state is a ContextVar), or anywhere in global mode. The caller
+never sees an exception that plain SDPA would not have raised.
 
 Each call site is checked on its own data: a kernel right on one layer's activations can be
 wrong on another's (one channel of Q and K at +600 on the image tokens gives cosine 0.64 on every
@@ -21,6 +22,7 @@ the setting their kernel was verified with.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import threading
@@ -96,6 +98,21 @@ def _is_triton_fault(exc: BaseException) -> bool:
     return module.startswith("triton") or "triton" in text or "cuda_utils" in text
 
 
+class _ThreadState:
+    """One thread's routing state. Kept in a ContextVar, not a threading.local: reading it is
+    the first thing every patched call does, and inside a model (SDXL 1024, a CPU run of its
+    call pattern) a threading.local read cost about 0.5 us a call, a ContextVar's a fraction."""
+
+    __slots__ = ("counts", "depth", "floor_calls", "on", "positions")
+
+    def __init__(self, on: bool) -> None:
+        self.depth: int | None = None  # open scopes (0: inside a kernel); None: global mode's
+        self.on = on  # whether this thread's calls are routed: depth's, else global mode's
+        self.floor_calls = 0  # calls the floor kept on SDPA (a "slower" count, see stats)
+        self.counts: dict[str, int] = {}  # the other calls kept on SDPA, by reason
+        self.positions: dict[tuple[str, str], int] = {}  # per shape, calls since the scope
+
+
 class Router:
     def __init__(
         self,
@@ -125,9 +142,16 @@ class Router:
         self.live_settings = (live_settings or LIVE).with_env()
         self.timer_for = timer_for
         self.live_left = max_live_measurements
-        self.original: Callable[..., Any] | None = None
+        self._original: Callable[..., Any] | None = None
+        self._cuda_only = True
+        # What the hot path reads, in one tuple replaced whole: (original SDPA, shortest
+        # length routed, the floor, whether only CUDA kernels are registered).
+        self._hot: tuple[Any, int, int, bool] = (None, min_seq_len, 0, True)
         self._lock = threading.RLock()
-        self._local = threading.local()
+        # This thread's _ThreadState. A ContextVar: a thread started with a copy of the
+        # caller's context (asyncio.to_thread, a task) shares the caller's scope.
+        self._state_var: contextvars.ContextVar[_ThreadState] = contextvars.ContextVar(
+            "sagedoctor_router_state")
         self._depth = 0
         self._global = False
         # the verified kernel and its smooth_k setting; None: SDPA
@@ -158,13 +182,13 @@ class Router:
         self._retired: set[str] = set()
         self._oom_blocked = False
         self._routed: Counter[str] = Counter()
-        # Per-thread counts of calls left on SDPA: the hot path takes no lock.
-        self._sdpa_counts: list[dict[str, int]] = []
+        # Every thread's state, for its counts of calls left on SDPA: the hot path takes no
+        # lock.
+        self._states: list[_ThreadState] = []
         self._logged: set[str] = set()
         self._device_types: frozenset[str] = frozenset()
         self._dtypes: frozenset[Any] = frozenset()
         self._head_dims: frozenset[int] = frozenset()
-        self._cuda_only = True
         # The replacement SDPA, made once: identity checks compare against this object.
         self.patched: Callable[..., Any] = self._make_patched()
         self.refresh_registry()
@@ -205,6 +229,20 @@ class Router:
         checked (without, every verified call routes)."""
         self._floor = route_floor(self._calibration, self._min_seq_len) \
             if self._speed_check else 0
+        self._refresh_hot()
+
+    def _refresh_hot(self) -> None:
+        self._hot = (self._original, self._min_seq_len, self._floor, self._cuda_only)
+
+    @property
+    def original(self) -> Callable[..., Any] | None:
+        """The SDPA the patch replaced (None before the first install)."""
+        return self._original
+
+    @original.setter
+    def original(self, value: Callable[..., Any] | None) -> None:
+        self._original = value
+        self._refresh_hot()
 
     # --- activation ------------------------------------------------------------------------
 
@@ -219,6 +257,7 @@ class Router:
                                  if d in ("float16", "bfloat16"))
         self._head_dims = frozenset(d for s in specs for d in s.head_dims)
         self._cuda_only = self._device_types <= {"cuda"}
+        self._refresh_hot()
         self._signatures.clear()  # (cleared in place: the patched function holds the dict)
         self._nearby.clear()
 
@@ -236,23 +275,42 @@ class Router:
         if F.scaled_dot_product_attention is self.patched and self.original is not None:
             F.scaled_dot_product_attention = self.original
 
+    def _thread_state(self) -> _ThreadState:
+        state = self._state_var.get(None)
+        if state is None:
+            with self._lock:
+                state = _ThreadState(self._global)
+                self._states.append(state)
+            self._state_var.set(state)
+        return state
+
+    def _set_depth(self, state: _ThreadState, depth: int | None) -> None:
+        state.depth = depth
+        state.on = bool(depth) if depth is not None else self._global
+
+    def _scope_depth(self) -> int:
+        """This thread's open scopes (0 inside a kernel or outside every scope)."""
+        state = self._state_var.get(None)
+        return (state.depth or 0) if state is not None else 0
+
     def enter(self) -> dict[str, Counter[str]]:
+        state = self._thread_state()
         with self._lock:
             if not runtime_switched_off():
                 self._depth += 1
-                self._local.depth = getattr(self._local, "depth", 0) + 1
-                if self._local.depth == 1:
-                    self._local.positions = {}  # call positions count from the outermost scope
+                self._set_depth(state, (state.depth or 0) + 1)
+                if state.depth == 1:
+                    state.positions = {}  # call positions count from the outermost scope
                 if self._depth == 1 and not self._global:
                     self._install()
             return {"routed": Counter(self._routed), "sdpa": self._sdpa_totals()}
 
     def exit(self, snapshot: dict[str, Counter[str]]) -> None:
+        state = self._state_var.get(None)
         with self._lock:
-            if getattr(self._local, "depth", 0) > 0:
-                self._local.depth -= 1
-                if self._local.depth == 0:
-                    del self._local.depth  # back to the global setting
+            if state is not None and (state.depth or 0) > 0:
+                # at 0, back to the global setting
+                self._set_depth(state, state.depth - 1 or None)  # type: ignore[operator]
                 self._depth -= 1
                 if self._depth == 0:
                     self._oom_blocked = False
@@ -268,29 +326,37 @@ class Router:
             if runtime_switched_off():
                 return
             self._global = True
+            self._follow_global()
             self._install()
 
     def disable_global(self) -> None:
         with self._lock:
             self._global = False
+            self._follow_global()
             if self._depth == 0:
                 self._oom_blocked = False
                 self._uninstall()
+
+    def _follow_global(self) -> None:
+        """Threads outside every scope follow the global setting (called under the lock)."""
+        for state in self._states:
+            if state.depth is None:
+                state.on = self._global
 
     @contextlib.contextmanager
     def _kernel_running(self, q: Any) -> Iterator[None]:
         """The tensors' device current; SDPA calls from inside the kernel (a kernel that falls
         back to SDPA itself) go straight to the original."""
-        previous = self._local.__dict__.get("depth")
-        self._local.depth = 0  # falsy: no routing, even in global mode
+        state = self._thread_state()
+        previous = state.depth
+        with self._lock:
+            self._set_depth(state, 0)  # no routing, even in global mode
         try:
             with _device_current(q):
                 yield
         finally:
-            if previous is None:
-                del self._local.depth
-            else:
-                self._local.depth = previous
+            with self._lock:
+                self._set_depth(state, previous)
 
     # --- the replacement ---------------------------------------------------------------------
 
@@ -298,14 +364,14 @@ class Router:
         """The function put in place of SDPA. A closure over locals, not a bound method: on a
         call that stays on SDPA every attribute lookup shows (about 1 us saved per call)."""
         router = self
-        local = self._local
+        current = self._state_var.get
         nearby = self._nearby
         shapes = self._shapes
         compiling = _compiling_check()  # bound once: the lookups cost ~0.5 us a call
 
         def decided(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float,
                     is_causal: bool, scale: float | None, enable_gqa: bool,
-                    kwargs: dict[str, Any], state: dict[str, Any], original: Any) -> Any:
+                    kwargs: dict[str, Any], state: _ThreadState | None, original: Any) -> Any:
             """A call inside a scope (or global mode) that the floor did not settle."""
             names = None
             if kwargs or enable_gqa:
@@ -340,9 +406,7 @@ class Router:
                 reason, out = router._route(query, key, value, is_causal, scale, names)
                 if reason is None:
                     return out
-            counts = state.get("sdpa")
-            if counts is None:
-                counts = router._new_thread_counts()
+            counts = (state or router._thread_state()).counts
             counts[reason] = counts.get(reason, 0) + 1
             if enable_gqa:
                 kwargs["enable_gqa"] = True  # only when asked: torch < 2.5 lacks the argument
@@ -354,14 +418,17 @@ class Router:
                 is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
                 **kwargs: Any) -> Any:
             # Kept short on purpose: inside a model a call costs several times what a loop
-            # of calls measures (SDXL 1024 on an H100: 1.9 us a call in bench_scope_overhead,
-            # about 11 us in the model, where much other code runs between two attention
-            # calls). So a call the floor settles runs these few lines and nothing else.
-            original: Any = router.original  # set whenever this function is in place
-            # One read of this thread's state decides: its scope depth (0 inside a kernel),
-            # else the global setting.
-            state = local.__dict__
-            if state.get("depth", router._global):
+            # of calls measures, as much other code runs between two attention calls
+            # (bench_call_cost: SDXL's tiny UNet on a CPU, 0.6 us a call in a loop and 1.6 us
+            # in the model). So a call the floor settles runs these few lines and nothing
+            # else, and touches few objects: one tuple, this thread's state, the query.
+            original, shortest, floor, cuda_only = router._hot  # original: set while in place
+            state = current(None)  # this thread's; None: it has not been in a scope yet
+            if state is None:
+                if router._global:
+                    return decided(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                   enable_gqa, kwargs, None, original)
+            elif state.on:  # in a scope (not inside a kernel), or in global mode
                 if attn_mask is None and not dropout_p and not kwargs and not enable_gqa:
                     try:
                         length = query.shape[-2]
@@ -371,13 +438,9 @@ class Router:
                     # SDPA, after one look at the length (symbolic lengths go the long way;
                     # a static one traced by torch.compile stays on SDPA here, as it would
                     # there by the compile rule: no compile check needed on this path)
-                    if length.__class__ is int \
-                            and router._min_seq_len <= length < router._floor \
-                            and (query.is_cuda or not router._cuda_only):
-                        counts = state.get("sdpa")
-                        if counts is None:
-                            counts = router._new_thread_counts()
-                        counts["slower"] = counts.get("slower", 0) + 1
+                    if length.__class__ is int and shortest <= length < floor \
+                            and (query.is_cuda or not cuda_only):
+                        state.floor_calls += 1
                         if is_causal or scale is not None:
                             return original(query, key, value, is_causal=is_causal,
                                             scale=scale)
@@ -434,19 +497,13 @@ class Router:
                 reason = "grad"  # the state per call (compiling: asked before)
         return reason, names
 
-    def _new_thread_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        self._local.sdpa = counts
-        with self._lock:
-            self._sdpa_counts.append(counts)
-        return counts
-
     def _sdpa_totals(self) -> Counter[str]:
         total: Counter[str] = Counter()
         with self._lock:
-            for counts in self._sdpa_counts:
-                total.update(dict(counts))
-        return total
+            for state in self._states:
+                total.update(dict(state.counts))
+                total["slower"] += state.floor_calls  # (a Counter drops what stays at 0)
+        return +total
 
     def _classify(self, q: Any, k: Any, v: Any, is_causal: bool,
                   min_seq_len: int) -> Classified:
@@ -497,8 +554,8 @@ class Router:
               q: Any, k: Any, v: Any, is_causal: bool,
               scale: float | None) -> tuple[str | None, Any]:
         """Run the call at its site: as that site's check decided, or checked now."""
-        positions = self._local.__dict__.get("positions") \
-            if self._local.__dict__.get("depth") else None
+        state = self._state_var.get(None)
+        positions = state.positions if state is not None and state.depth else None
         position: int | None = None
         if positions is not None:  # in a scope: the n-th call of this shape
             position = positions.get(where, 0)
@@ -595,7 +652,7 @@ class Router:
                 # Inside a scope (one generation) the rest of it goes to SDPA; in global mode,
                 # with no scope to end, only this call does, or one OOM would end routing for
                 # the life of the process.
-                in_scope = getattr(self._local, "depth", 0) > 0
+                in_scope = self._scope_depth() > 0
                 self._oom_blocked = self._oom_blocked or in_scope
                 self._log_once(f"oom:{device}", logging.WARNING,
                                "SageAttention ran out of memory on %s; SDPA serves %s", device,
@@ -919,7 +976,8 @@ def load_current_calibration(path: str) -> Calibration:
 
 @contextlib.contextmanager
 def sage_scope(router: Router | None = None) -> Iterator[Router]:
-    """Route eligible SDPA calls made in this thread, inside the block, to SageAttention."""
+    """Route eligible SDPA calls made in this thread (and in work handed on with its context,
+    as asyncio.to_thread does), inside the block, to SageAttention."""
     active = router or get_router()
     snapshot = active.enter()
     try:
