@@ -14,9 +14,12 @@ call and per forward.
 On a GPU the router is the one `sagedoctor verify` left in this venv (run it first: its
 decisions put the floor where calls are settled by their length). `--tiny` runs tiny configs
 on the CPU with a router whose stored decisions keep every call on SDPA below its floor, as
-the GPU's keep SDXL's.
+the GPU's keep SDXL's. `--baseline DIR` adds the router of another sagedoctor tree (DIR holds
+its `sagedoctor` package, loaded under another name) to the same rounds: two processes differ
+by more than the routers do (the same path measured 0.9 and 1.4 us a call in two processes on
+one machine).
 
-    python benchmarks/bench_call_cost.py [--only sdxl-1024] [--rounds 21]
+    python benchmarks/bench_call_cost.py [--only sdxl-1024] [--rounds 21] [--baseline DIR]
     python benchmarks/bench_call_cost.py --tiny
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import importlib.util
 import json
 import statistics
 import sys
@@ -59,9 +63,21 @@ def bare(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: flo
                     is_causal=is_causal, scale=scale, **kwargs)
 
 
-def cpu_router(dtype: torch.dtype, lengths: range) -> Router:
+def cpu_router(dtype: torch.dtype, lengths: range, runtime: Any = None) -> Any:
     """A router with a CPU stand-in kernel whose stored decisions put the floor (see
-    route_floor) above every length in `lengths`: the tiny cases' calls are settled there."""
+    route_floor) above every length in `lengths`: the tiny cases' calls are settled there.
+    `runtime`: another tree's runtime package (the classes are its own), else ours."""
+    if runtime is not None:
+        decisions = importlib.import_module(f"{runtime.__name__}.decisions")
+        return _cpu_router(dtype, lengths, runtime.Router, runtime.KernelRegistry,
+                           runtime.KernelSpec, decisions.Calibration, decisions.Decision,
+                           decisions.shape_key)
+    return _cpu_router(dtype, lengths, Router, KernelRegistry, KernelSpec, Calibration,
+                       Decision, shape_key)
+
+
+def _cpu_router(dtype: torch.dtype, lengths: range, Router: Any, KernelRegistry: Any,
+                KernelSpec: Any, Calibration: Any, Decision: Any, shape_key: Any) -> Any:
     def load() -> Callable[..., Any]:
         def kernel(q: Any, k: Any, v: Any, *, is_causal: bool = False,
                    scale: float | None = None) -> Any:
@@ -81,8 +97,22 @@ def cpu_router(dtype: torch.dtype, lengths: range) -> Router:
     return Router(registry, calibration=calibration, min_seq_len=lengths.start)
 
 
+def baseline_runtime(folder: Path) -> Any:
+    """The runtime package of the sagedoctor tree in `folder`, as `sagedoctor_baseline` (its
+    imports within the package are relative)."""
+    package = folder / "sagedoctor"
+    spec = importlib.util.spec_from_file_location(
+        "sagedoctor_baseline", package / "__init__.py", submodule_search_locations=[str(package)])
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"no sagedoctor package in {folder}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sagedoctor_baseline"] = module
+    spec.loader.exec_module(module)
+    return importlib.import_module("sagedoctor_baseline.runtime")
+
+
 def per_call_us(model: Any, args: dict[str, Any], inner: Callable[..., Any],
-                scope: Router | None) -> tuple[float, int]:
+                scope: Any) -> tuple[float, int]:
     """One forward with a timer around `inner` in SDPA's place: (mean us a call, calls)."""
     spent = [0, 0]
     clock = time.perf_counter_ns
@@ -100,24 +130,36 @@ def per_call_us(model: Any, args: dict[str, Any], inner: Callable[..., Any],
             F.scaled_dot_product_attention = timed
             model(**args, return_dict=False)
         else:
-            with sage_scope(scope):  # installs the router over the stand-in
+            with scope.scope(scope.router):  # installs the router over the stand-in
                 F.scaled_dot_product_attention = timed
                 model(**args, return_dict=False)
                 F.scaled_dot_product_attention = stand_in  # type: ignore[assignment]
     return spent[0] / max(spent[1], 1) / 1e3, spent[1]
 
 
+class Scoped:
+    """A router and the scope function of its runtime (ours, or a baseline's)."""
+
+    def __init__(self, router: Any, scope: Callable[..., Any]) -> None:
+        self.router = router
+        self.scope = scope
+        F.scaled_dot_product_attention = stand_in  # type: ignore[assignment]
+        with scope(router):  # the router's function, over the stand-in
+            self.patched = F.scaled_dot_product_attention
+
+
 def run_case(case: Any, device: torch.device, dtype: torch.dtype, tiny: bool,
-             rounds: int, router: Router) -> dict[str, Any]:
+             rounds: int, router: Router, baseline: Any = None) -> dict[str, Any]:
     model = models.build(case, device, dtype, tiny)
     args = models.inputs(case, device, dtype, tiny)
     real = F.scaled_dot_product_attention
     try:
-        F.scaled_dot_product_attention = stand_in  # type: ignore[assignment]
-        with sage_scope(router):  # the router's function, over the stand-in
-            patched = F.scaled_dot_product_attention
-        ways: dict[str, tuple[Callable[..., Any], Router | None]] = {
-            "none": (stand_in, None), "wrapper": (bare, None), "scope": (patched, router)}
+        ours = Scoped(router, sage_scope)
+        ways: dict[str, tuple[Callable[..., Any], Scoped | None]] = {
+            "none": (stand_in, None), "wrapper": (bare, None), "scope": (ours.patched, ours)}
+        if baseline is not None:
+            theirs = Scoped(baseline, baseline_scope(baseline))
+            ways["baseline"] = (theirs.patched, theirs)
         before = router.stats()
         for inner, scope in ways.values():  # untimed: the scope's first forward decides
             per_call_us(model, args, inner, scope)
@@ -136,10 +178,12 @@ def run_case(case: Any, device: torch.device, dtype: torch.dtype, tiny: bool,
         after = router.stats()
     finally:
         F.scaled_dot_product_attention = real
-        # the router's next scope must wrap the real SDPA again
-        router.original = real
+        # the routers' next scopes must wrap the real SDPA again
+        for each in (router, baseline):
+            if each is not None:
+                each.original = real
     medians = {name: statistics.median(t) for name, t in times.items()}
-    over = {name: medians[name] - medians["none"] for name in ("wrapper", "scope")}
+    over = {name: medians[name] - medians["none"] for name in medians}
     del model, args
     return {"case": case.name, "rounds": rounds, "calls_per_forward": calls,
             "us_per_call": {name: round(us, 3) for name, us in medians.items()},
@@ -147,7 +191,13 @@ def run_case(case: Any, device: torch.device, dtype: torch.dtype, tiny: bool,
             "wrapper_over_none_us": round(over["wrapper"], 3),
             "router_over_wrapper_us": round(over["scope"] - over["wrapper"], 3),
             "router_ms_per_forward": round(over["scope"] * calls / 1e3, 4),
-            "router": models._delta(before, after)}
+            "router": models._delta(before, after),
+            **({"baseline_over_wrapper_us": round(over["baseline"] - over["wrapper"], 3)}
+               if baseline is not None else {})}
+
+
+def baseline_scope(router: Any) -> Callable[..., Any]:
+    return sys.modules[type(router).__module__].sage_scope
 
 
 def main() -> int:
@@ -156,6 +206,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--tiny", action="store_true", help="tiny configs on the CPU")
     parser.add_argument("--json", default=None, help="write every number here")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="a folder holding another sagedoctor package: its router too")
     args = parser.parse_args()
     tiny = args.tiny
     device = torch.device("cpu" if tiny else "cuda")
@@ -164,17 +216,24 @@ def main() -> int:
     if args.only and not tiny:
         wanted = set(args.only.split(","))
         cases = tuple(c for c in cases if c.name in wanted)
+    base = baseline_runtime(args.baseline) if args.baseline else None
     results = []
     for case in cases:
         router = cpu_router(dtype, range(16, 1 << 20)) if tiny else get_router()
-        result = run_case(case, device, dtype, tiny, args.rounds, router)
+        baseline = None
+        if base is not None:  # the same decisions, in the other tree's router
+            baseline = cpu_router(dtype, range(16, 1 << 20), base) if tiny \
+                else base.get_router()
+        result = run_case(case, device, dtype, tiny, args.rounds, router, baseline)
         results.append(result)
         print(json.dumps(result), flush=True)
         print(f"{case.name}: {result['calls_per_forward']} SDPA calls a forward; the router "
               f"{result['router_over_none_us']:.2f} us a call over nothing, a bare wrapper "
               f"{result['wrapper_over_none_us']:.2f} us; the router's own share "
               f"{result['router_over_wrapper_us']:.2f} us a call, "
-              f"{result['router_ms_per_forward']:.3f} ms a forward ({result['router']})")
+              f"{result['router_ms_per_forward']:.3f} ms a forward ({result['router']})"
+              + (f"; the baseline's {result['baseline_over_wrapper_us']:.2f} us a call"
+                 if baseline is not None else ""))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump({"device": torch.cuda.get_device_name(device) if not tiny else "cpu",
