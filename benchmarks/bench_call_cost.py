@@ -14,12 +14,14 @@ call and per forward.
 On a GPU the router is the one `sagedoctor verify` left in this venv (run it first: its
 decisions put the floor where calls are settled by their length). `--tiny` runs tiny configs
 on the CPU with a router whose stored decisions keep every call on SDPA below its floor, as
-the GPU's keep SDXL's. `--baseline DIR` adds the router of another sagedoctor tree (DIR holds
-its `sagedoctor` package, loaded under another name) to the same rounds: two processes differ
-by more than the routers do (the same path measured 0.9 and 1.4 us a call in two processes on
-one machine).
+the GPU's keep SDXL's; `--synthetic` uses such a router on the GPU too (no SageAttention or
+verify needed: a call below the floor never reaches a kernel). `--baseline DIR` adds the
+router of another sagedoctor tree (DIR holds its `sagedoctor` package, loaded under another
+name) to the same rounds: two processes differ by more than the routers do (the same path
+measured 0.9 and 1.4 us a call in two processes on one H100 host).
 
     python benchmarks/bench_call_cost.py [--only sdxl-1024] [--rounds 21] [--baseline DIR]
+                                         [--synthetic]
     python benchmarks/bench_call_cost.py --tiny
 """
 
@@ -63,21 +65,23 @@ def bare(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: flo
                     is_causal=is_causal, scale=scale, **kwargs)
 
 
-def cpu_router(dtype: torch.dtype, lengths: range, runtime: Any = None) -> Any:
-    """A router with a CPU stand-in kernel whose stored decisions put the floor (see
+def stand_in_router(device: str, dtype: torch.dtype, lengths: range,
+                    runtime: Any = None) -> Any:
+    """A router with a stand-in kernel for `device` whose stored decisions put the floor (see
     route_floor) above every length in `lengths`: the tiny cases' calls are settled there.
     `runtime`: another tree's runtime package (the classes are its own), else ours."""
     if runtime is not None:
         decisions = importlib.import_module(f"{runtime.__name__}.decisions")
-        return _cpu_router(dtype, lengths, runtime.Router, runtime.KernelRegistry,
-                           runtime.KernelSpec, decisions.Calibration, decisions.Decision,
-                           decisions.shape_key)
-    return _cpu_router(dtype, lengths, Router, KernelRegistry, KernelSpec, Calibration,
-                       Decision, shape_key)
+        return _stand_in_router(device, dtype, lengths, runtime.Router, runtime.KernelRegistry,
+                                runtime.KernelSpec, decisions.Calibration, decisions.Decision,
+                                decisions.shape_key)
+    return _stand_in_router(device, dtype, lengths, Router, KernelRegistry, KernelSpec,
+                            Calibration, Decision, shape_key)
 
 
-def _cpu_router(dtype: torch.dtype, lengths: range, Router: Any, KernelRegistry: Any,
-                KernelSpec: Any, Calibration: Any, Decision: Any, shape_key: Any) -> Any:
+def _stand_in_router(device: str, dtype: torch.dtype, lengths: range, Router: Any,
+                     KernelRegistry: Any, KernelSpec: Any, Calibration: Any, Decision: Any,
+                     shape_key: Any) -> Any:
     def load() -> Callable[..., Any]:
         def kernel(q: Any, k: Any, v: Any, *, is_causal: bool = False,
                    scale: float | None = None) -> Any:
@@ -85,14 +89,14 @@ def _cpu_router(dtype: torch.dtype, lengths: range, Router: Any, KernelRegistry:
         return kernel
 
     registry = KernelRegistry()
-    registry.register(KernelSpec("cpu_stand_in", "cpu", load, device_type="cpu"))
+    registry.register(KernelSpec("stand_in", "stand-in", load, device_type=device))
     calibration = Calibration()
     name = str(dtype).rpartition(".")[2]
     for head_dim in (8, 16, 32, 64, 128):
         for bucket in (1, 2, 4, 8, 16, 32, 64):
             for tokens, route in ((lengths.stop // 2, False), (lengths.stop, True)):
-                calibration.put("cpu", shape_key(name, head_dim, bucket, tokens, tokens, False),
-                                Decision(route, "cpu_stand_in", 1.1 if route else 0.7, 0.6,
+                calibration.put(device, shape_key(name, head_dim, bucket, tokens, tokens, False),
+                                Decision(route, "stand_in", 1.1 if route else 0.7, 0.6,
                                          1.2, 9, "verify"))
     return Router(registry, calibration=calibration, min_seq_len=lengths.start)
 
@@ -206,6 +210,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--tiny", action="store_true", help="tiny configs on the CPU")
     parser.add_argument("--json", default=None, help="write every number here")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="stand-in decisions that keep every call below the floor")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a folder holding another sagedoctor package: its router too")
     args = parser.parse_args()
@@ -218,11 +224,13 @@ def main() -> int:
         cases = tuple(c for c in cases if c.name in wanted)
     base = baseline_runtime(args.baseline) if args.baseline else None
     results = []
+    synthetic = tiny or args.synthetic
+    lengths = range(16, 1 << 20)
     for case in cases:
-        router = cpu_router(dtype, range(16, 1 << 20)) if tiny else get_router()
+        router = stand_in_router(device.type, dtype, lengths) if synthetic else get_router()
         baseline = None
         if base is not None:  # the same decisions, in the other tree's router
-            baseline = cpu_router(dtype, range(16, 1 << 20), base) if tiny \
+            baseline = stand_in_router(device.type, dtype, lengths, base) if synthetic \
                 else base.get_router()
         result = run_case(case, device, dtype, tiny, args.rounds, router, baseline)
         results.append(result)
