@@ -532,6 +532,31 @@ def test_global_mode_reaches_a_thread_whose_scope_has_closed_and_not_its_kernels
     assert router.stats()["routed"] == {"wrapping": 2}
 
 
+def test_global_mode_counts_calls_made_in_contexts_that_ended_and_keeps_no_state_of_them(
+) -> None:
+    """A server that runs each request's pipeline through asyncio.to_thread (a fresh copy of
+    the context each time) in global mode: every call counted, nothing left per request."""
+    router = router_with(spec("good", math_attention), calibrated=False,
+                         calibration=stored_decisions("good", (256, False), (1024, False),
+                                                      (4096, True)))  # floor 1025
+    q, k, v = qkv()  # 256 tokens: below the floor
+    short = qkv(s=64)[0]  # below the router's shortest length: "short", decided the long way
+
+    def request() -> None:
+        F.scaled_dot_product_attention(q, k, v)  # the floor's path
+        F.scaled_dot_product_attention(short, short, short)
+
+    router.enable_global()
+    try:
+        for _ in range(200):
+            contextvars.copy_context().run(request)
+    finally:
+        router.disable_global()
+    assert router.stats()["sdpa"] == {"slower": 200, "short": 200}
+    assert router.stats()["routed"] == {}
+    assert len(router._states) <= 1  # (the states of ended contexts were freed)
+
+
 def test_out_of_memory_sends_the_call_and_the_rest_of_the_scope_to_sdpa() -> None:
     state = {"oom": True}
 

@@ -27,7 +27,8 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
+import weakref
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -103,14 +104,21 @@ class _ThreadState:
     the first thing every patched call does, and inside a model (SDXL 1024, a CPU run of its
     call pattern) a threading.local read cost about 0.5 us a call, a ContextVar's a fraction."""
 
-    __slots__ = ("counts", "depth", "floor_calls", "on", "positions")
+    __slots__ = ("__weakref__", "counts", "depth", "ended", "floor_calls", "on", "positions")
 
-    def __init__(self, on: bool) -> None:
+    def __init__(self, on: bool, ended: deque[tuple[dict[str, int], int]]) -> None:
         self.depth: int | None = None  # open scopes (0: inside a kernel); None: global mode's
         self.on = on  # whether this thread's calls are routed: depth's, else global mode's
         self.floor_calls = 0  # calls the floor kept on SDPA (a "slower" count, see stats)
         self.counts: dict[str, int] = {}  # the other calls kept on SDPA, by reason
         self.positions: dict[tuple[str, str], int] = {}  # per shape, calls since the scope
+        self.ended = ended  # the router's: where this state's counts go when it ends
+
+    def __del__(self) -> None:
+        # A context that ends takes its state along (a copy per asyncio.to_thread call or
+        # per task, in a server that runs a pipeline per request): its counts stay counted.
+        # (deque.append is atomic: no lock in a finalizer, which may run in any thread.)
+        self.ended.append((self.counts, self.floor_calls))
 
 
 class Router:
@@ -182,9 +190,12 @@ class Router:
         self._retired: set[str] = set()
         self._oom_blocked = False
         self._routed: Counter[str] = Counter()
-        # Every thread's state, for its counts of calls left on SDPA: the hot path takes no
-        # lock.
-        self._states: list[_ThreadState] = []
+        # Every live thread's (context's) state, for its counts of calls left on SDPA and for
+        # global mode's switch: the hot path takes no lock. Held weakly: a context that ends
+        # frees its state, whose counts go to _ended, folded into _folded by _sdpa_totals.
+        self._states: weakref.WeakSet[_ThreadState] = weakref.WeakSet()
+        self._ended: deque[tuple[dict[str, int], int]] = deque()
+        self._folded: Counter[str] = Counter()
         self._logged: set[str] = set()
         self._device_types: frozenset[str] = frozenset()
         self._dtypes: frozenset[Any] = frozenset()
@@ -279,8 +290,8 @@ class Router:
         state = self._state_var.get(None)
         if state is None:
             with self._lock:
-                state = _ThreadState(self._global)
-                self._states.append(state)
+                state = _ThreadState(self._global, self._ended)
+                self._states.add(state)
             self._state_var.set(state)
         return state
 
@@ -339,7 +350,7 @@ class Router:
 
     def _follow_global(self) -> None:
         """Threads outside every scope follow the global setting (called under the lock)."""
-        for state in self._states:
+        for state in list(self._states):
             if state.depth is None:
                 state.on = self._global
 
@@ -498,12 +509,16 @@ class Router:
         return reason, names
 
     def _sdpa_totals(self) -> Counter[str]:
-        total: Counter[str] = Counter()
         with self._lock:
-            for state in self._states:
+            while self._ended:
+                counts, floor_calls = self._ended.popleft()
+                self._folded.update(counts)
+                self._folded["slower"] += floor_calls
+            total = Counter(self._folded)
+            for state in list(self._states):
                 total.update(dict(state.counts))
-                total["slower"] += state.floor_calls  # (a Counter drops what stays at 0)
-        return +total
+                total["slower"] += state.floor_calls
+        return +total  # (without what stayed at 0)
 
     def _classify(self, q: Any, k: Any, v: Any, is_causal: bool,
                   min_seq_len: int) -> Classified:
