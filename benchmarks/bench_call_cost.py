@@ -116,7 +116,7 @@ def baseline_runtime(folder: Path) -> Any:
 
 
 def per_call_us(model: Any, args: dict[str, Any], inner: Callable[..., Any],
-                scope: Any) -> tuple[float, int]:
+                scope: Scoped | None) -> tuple[float, int]:
     """One forward with a timer around `inner` in SDPA's place: (mean us a call, calls)."""
     spent = [0, 0]
     clock = time.perf_counter_ns
