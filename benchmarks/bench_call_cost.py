@@ -42,9 +42,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+import sagedoctor.runtime
 from sagedoctor.runtime import Router, get_router, sage_scope
-from sagedoctor.runtime.decisions import Calibration, Decision, shape_key
-from sagedoctor.runtime.registry import KernelRegistry, KernelSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 models: Any = importlib.import_module("bench_models")  # its cases, models and inputs
@@ -66,39 +65,29 @@ def bare(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: flo
 
 
 def stand_in_router(device: str, dtype: torch.dtype, lengths: range,
-                    runtime: Any = None) -> Any:
+                    runtime: Any = sagedoctor.runtime) -> Any:
     """A router with a stand-in kernel for `device` whose stored decisions put the floor (see
     route_floor) above every length in `lengths`: the tiny cases' calls are settled there.
-    `runtime`: another tree's runtime package (the classes are its own), else ours."""
-    if runtime is not None:
-        decisions = importlib.import_module(f"{runtime.__name__}.decisions")
-        return _stand_in_router(device, dtype, lengths, runtime.Router, runtime.KernelRegistry,
-                                runtime.KernelSpec, decisions.Calibration, decisions.Decision,
-                                decisions.shape_key)
-    return _stand_in_router(device, dtype, lengths, Router, KernelRegistry, KernelSpec,
-                            Calibration, Decision, shape_key)
+    `runtime`: a runtime package, ours or another tree's (its classes are its own)."""
+    decisions = importlib.import_module(f"{runtime.__name__}.decisions")
 
-
-def _stand_in_router(device: str, dtype: torch.dtype, lengths: range, Router: Any,
-                     KernelRegistry: Any, KernelSpec: Any, Calibration: Any, Decision: Any,
-                     shape_key: Any) -> Any:
     def load() -> Callable[..., Any]:
         def kernel(q: Any, k: Any, v: Any, *, is_causal: bool = False,
                    scale: float | None = None) -> Any:
             return stand_in(q, k, v)
         return kernel
 
-    registry = KernelRegistry()
-    registry.register(KernelSpec("stand_in", "stand-in", load, device_type=device))
-    calibration = Calibration()
+    registry = runtime.KernelRegistry()
+    registry.register(runtime.KernelSpec("stand_in", "stand-in", load, device_type=device))
+    calibration = decisions.Calibration()
     name = str(dtype).rpartition(".")[2]
     for head_dim in (8, 16, 32, 64, 128):
         for bucket in (1, 2, 4, 8, 16, 32, 64):
             for tokens, route in ((lengths.stop // 2, False), (lengths.stop, True)):
-                calibration.put(device, shape_key(name, head_dim, bucket, tokens, tokens, False),
-                                Decision(route, "stand_in", 1.1 if route else 0.7, 0.6,
-                                         1.2, 9, "verify"))
-    return Router(registry, calibration=calibration, min_seq_len=lengths.start)
+                key = decisions.shape_key(name, head_dim, bucket, tokens, tokens, False)
+                calibration.put(device, key, decisions.Decision(
+                    route, "stand_in", 1.1 if route else 0.7, 0.6, 1.2, 9, "verify"))
+    return runtime.Router(registry, calibration=calibration, min_seq_len=lengths.start)
 
 
 def baseline_runtime(folder: Path) -> Any:
